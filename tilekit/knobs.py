@@ -1,0 +1,127 @@
+"""Every ``TILEKIT_*`` environment variable, read in one place.
+
+Each knob is typed, documented, and read when it is used (never at import
+time), so a test or a user can change the environment between calls.
+``override`` sets knobs for the duration of a ``with`` block, which is how
+tests flip a knob without touching ``os.environ``.
+
+The README's table of environment variables mirrors ``describe()``; a test
+keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(f"expected one of {sorted(_TRUE | _FALSE)}, got {text!r}")
+
+
+def _parse_names(text: str) -> frozenset[str]:
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
+def _parse_str(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Knob(Generic[T]):
+    """One environment variable: its name, parser, default and meaning."""
+
+    env: str
+    parse: Callable[[str], T]
+    default: T
+    doc: str
+
+    def get(self) -> T:
+        if self.env in _overrides:
+            return _overrides[self.env]
+        raw = os.environ.get(self.env)
+        if raw is None:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ValueError(f"environment variable {self.env}={raw!r}: {exc}") from None
+
+
+INTERPRET: Knob[bool] = Knob(
+    "TILEKIT_INTERPRET",
+    _parse_bool,
+    False,
+    "Run every kernel on the CPU interpreter (numpy), even when a GPU is present. "
+    "The interpreter checks every memory access and names the faulting source line.",
+)
+DUMP: Knob[frozenset[str]] = Knob(
+    "TILEKIT_DUMP",
+    _parse_names,
+    frozenset(),
+    "Comma-separated stages to print to stderr: `ir` (the traced IR), a pass name "
+    "(the IR after that pass), or `all` (after every pass).",
+)
+DUMP_LOCS: Knob[bool] = Knob(
+    "TILEKIT_DUMP_LOCS",
+    _parse_bool,
+    True,
+    "Print each op's source location (`file:line:col`) in dumps.",
+)
+VERIFY_PASSES: Knob[bool] = Knob(
+    "TILEKIT_VERIFY_PASSES",
+    _parse_bool,
+    True,
+    "Run the IR verifier after every pass (cheap; turn off only to time passes).",
+)
+
+ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES)
+
+_overrides: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[None]:
+    """Set knobs by their short name for the duration of the block.
+
+    >>> with override(interpret=True): ...
+    """
+    by_name = {k.env.removeprefix("TILEKIT_").lower(): k for k in ALL}
+    saved = dict(_overrides)
+    try:
+        for name, value in values.items():
+            if name not in by_name:
+                raise KeyError(f"no knob named {name!r}; known: {sorted(by_name)}")
+            _overrides[by_name[name].env] = value
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(variable, default, meaning) for each knob, for docs and `tilekit env`."""
+    rows = []
+    for knob in ALL:
+        default = knob.default
+        if isinstance(default, bool):
+            shown = "1" if default else "0"
+        elif isinstance(default, frozenset):
+            shown = ",".join(sorted(default)) or "(empty)"
+        else:
+            shown = str(default)
+        rows.append((knob.env, shown, knob.doc))
+    return rows
