@@ -1,3 +1,92 @@
-"""tilekit: an embedded Python DSL and JIT for layout-typed, pipelined GPU tile kernels."""
+"""tilekit: an embedded Python DSL and JIT for layout-typed, pipelined GPU tile kernels.
+
+    import tilekit as tk
+
+    @tk.kernel
+    def add(X, Y, Out, n, BLOCK: tk.constexpr):
+        offs = tk.program_id(0) * BLOCK + tk.arange(BLOCK)
+        mask = offs < n
+        tk.store(Out, offs, tk.load(X, offs, mask) + tk.load(Y, offs, mask), mask)
+
+    add[tk.cdiv(n, 1024),](x, y, out, n, BLOCK=1024)
+"""
+
+from tilekit.errors import (
+    ExecutionError,
+    LaunchError,
+    MemoryAccessError,
+    TilekitError,
+    TraceError,
+)
+from tilekit.ir.dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from tilekit.lang.builtins import (
+    abs,
+    arange,
+    argmax,
+    argmin,
+    atomic_add,
+    atomic_max,
+    atomic_min,
+    broadcast_to,
+    cast,
+    cdiv,
+    ceil,
+    cos,
+    cumsum,
+    device_assert,
+    device_print,
+    dot,
+    erf,
+    exp,
+    exp2,
+    expand_dims,
+    floor,
+    full,
+    full_like,
+    isnan,
+    load,
+    log,
+    log2,
+    max,
+    maximum,
+    min,
+    minimum,
+    num_programs,
+    ones,
+    permute,
+    prod,
+    program_id,
+    reshape,
+    rsqrt,
+    sigmoid,
+    sin,
+    sqrt,
+    static_assert,
+    store,
+    sum,
+    tanh,
+    where,
+    zeros,
+    zeros_like,
+)
+from tilekit.lang.control import range, static_range, when
+from tilekit.lang.kernel import KernelFunction, Tensor, constexpr, kernel
+from tilekit.lang.tensor import TensorArg, TileView
+from tilekit.lang.tile import Tile
 
 __version__ = "0.1.0.dev0"

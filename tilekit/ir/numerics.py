@@ -1,0 +1,84 @@
+"""Numeric semantics shared by the op references, pinned down once.
+
+The interpreter is the definition of what a kernel computes, so the corner
+cases GPUs leave to instruction choice are fixed here and the code generators
+must match them:
+
+- 16-bit floats compute in float32 and round to nearest-even once per op.
+- float -> integer casts truncate toward zero and saturate; NaN becomes 0
+  (PTX ``cvt.rzi.sat``).
+- integer -> narrower integer casts wrap (two's complement).
+- integer ``//`` and ``%`` follow Python (floor) semantics.
+- shifts by the bit width or more give 0 (or the sign for arithmetic right
+  shifts of signed values), as PTX's clamped shifts do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tilekit.ir.dtypes import DType
+
+
+def cast(values: np.ndarray, dtype: DType) -> np.ndarray:
+    """Convert ``values`` to ``dtype`` with the semantics above."""
+    src = np.asarray(values)
+    target = dtype.np
+    if src.dtype == target:
+        return src
+    if dtype.is_bool:
+        return src != 0
+    if dtype.is_int and src.dtype.kind == "f":
+        info = np.iinfo(target)
+        with np.errstate(invalid="ignore"):
+            wide = np.trunc(src.astype(np.float64))
+            wide = np.where(np.isnan(wide), 0.0, wide)
+        # Compare in float64 (float(info.max) rounds up for 64-bit types, which
+        # is exactly the first value that must saturate).
+        high = wide >= float(info.max)
+        low = wide <= float(info.min)
+        out = np.where(high | low, 0.0, wide).astype(target)
+        out[high] = info.max
+        out[low] = info.min
+        return out
+    if dtype.is_int and src.dtype.kind in "iub":
+        return src.astype(target)  # wraps
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dtype is DType.BFLOAT16 and src.dtype.kind in "iub":
+            return src.astype(np.float64).astype(target)
+        return src.astype(target)
+
+
+def in_compute(dtype: DType, fn: Callable[..., np.ndarray], *args: np.ndarray) -> np.ndarray:
+    """Apply ``fn`` to ``args`` in ``dtype``'s compute type, rounding the result to ``dtype``."""
+    compute = dtype.compute_np
+    with np.errstate(all="ignore"):
+        ups = [np.asarray(a).astype(compute) if np.asarray(a).dtype != compute else np.asarray(a)
+               for a in args]
+        out = fn(*ups)
+    return cast(np.asarray(out), dtype)
+
+
+def shift_left(a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
+    bits = dtype.bits
+    big = (b < 0) | (b >= bits)
+    safe = np.where(big, 0, b).astype(a.dtype)
+    return np.where(big, np.zeros_like(a), np.left_shift(a, safe))
+
+
+def shift_right(a: np.ndarray, b: np.ndarray, dtype: DType) -> np.ndarray:
+    bits = dtype.bits
+    big = (b < 0) | (b >= bits)
+    safe = np.where(big, 0, b).astype(a.dtype)
+    fill = np.where(a < 0, -1, 0).astype(a.dtype) if dtype.is_signed else np.zeros_like(a)
+    return np.where(big, fill, np.right_shift(a, safe))
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function, vectorized, accurate to float64 rounding (no scipy needed)."""
+    import math
+
+    flat = np.asarray(x, dtype=np.float64)
+    return np.vectorize(math.erf, otypes=[np.float64])(flat) if flat.size else flat.copy()

@@ -1,0 +1,104 @@
+"""Passes and the pass manager.
+
+A pass is a named function ``Module -> Module``. A ``PassManager`` runs a
+visible list of them; after each it verifies the module (knob
+``TILEKIT_VERIFY_PASSES``) and dumps it when ``TILEKIT_DUMP`` names the pass
+(or ``all``). The traced IR itself is dumped under the name ``ir``.
+
+The passes that belong to no later stage live here: dead-code elimination.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from tilekit import knobs
+from tilekit.ir.core import Block, Module
+from tilekit.ir.printer import print_module
+from tilekit.ir.verifier import verify
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Module], Module]
+    doc: str = ""
+
+
+def should_dump(name: str) -> bool:
+    wanted = knobs.DUMP.get()
+    return name in wanted or "all" in wanted
+
+
+def dump(module: Module, name: str, stream: TextIO | None = None) -> None:
+    out = stream if stream is not None else sys.stderr
+    kernel = ", ".join(f.name for f in module.functions)
+    out.write(f"// ----- {name}: {kernel} -----\n")
+    out.write(print_module(module, with_locs=knobs.DUMP_LOCS.get()))
+    out.flush()
+
+
+class PassManager:
+    def __init__(self, passes: Sequence[Pass]) -> None:
+        self.passes = tuple(passes)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.passes)
+
+    def run(self, module: Module) -> Module:
+        check = knobs.VERIFY_PASSES.get()
+        for p in self.passes:
+            module = p.run(module)
+            if check:
+                verify(module)
+            if should_dump(p.name):
+                dump(module, f"after {p.name}")
+        return module
+
+
+# --- dead-code elimination --------------------------------------------------------------------
+
+def _used_ids(block: Block, used: set[int]) -> None:
+    for op in block.ops:
+        used.update(id(v) for v in op.operands)
+        for region in op.regions:
+            for inner in region.blocks:
+                _used_ids(inner, used)
+
+
+def _sweep(block: Block, used: set[int]) -> bool:
+    changed = False
+    kept = []
+    for op in block.ops:
+        for region in op.regions:
+            for inner in region.blocks:
+                changed |= _sweep(inner, used)
+        dead = op.opdef.is_pure and not op.regions and not op.opdef.is_terminator and all(
+            id(r) not in used for r in op.results)
+        if dead:
+            changed = True
+        else:
+            kept.append(op)
+    block.ops = kept
+    return changed
+
+
+def eliminate_dead_code(module: Module) -> Module:
+    """Drop pure ops whose results nobody reads (repeated until nothing changes).
+
+    Effects (loads included, since they may fault) and control flow are kept.
+    """
+    for fn in module.functions:
+        while True:
+            used: set[int] = set()
+            _used_ids(fn.entry, used)
+            if not _sweep(fn.entry, used):
+                break
+    return module
+
+
+DCE = Pass("eliminate_dead_code", eliminate_dead_code, "drop unused pure ops")

@@ -1,0 +1,71 @@
+"""The types of IR values.
+
+A ``TileType`` is an n-dimensional value held by a program instance: a shape
+fixed at trace time, an element type, and an optional layout (attached by the
+layout solver; opaque to the IR). A scalar is a tile of shape ``()``, so one
+set of elementwise ops serves both. A ``TensorType`` is a view of global
+memory passed as an argument: its rank and element type are known when
+tracing, its sizes and strides are runtime values, and ``index`` is the
+integer type wide enough to address every element (int32 when the tensor's
+span fits in 2^31 elements, a specialization fact chosen at launch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from tilekit.ir.dtypes import DType
+
+
+@dataclass(frozen=True)
+class TileType:
+    shape: tuple[int, ...]
+    dtype: DType
+    layout: object | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    def with_dtype(self, dtype: DType) -> TileType:
+        return replace(self, dtype=dtype)
+
+    def with_shape(self, shape: tuple[int, ...]) -> TileType:
+        return TileType(tuple(shape), self.dtype)
+
+    def __str__(self) -> str:
+        if self.is_scalar and self.layout is None:
+            return self.dtype.short
+        dims = "x".join(str(s) for s in self.shape)
+        body = f"{dims}x{self.dtype.short}" if dims else self.dtype.short
+        if self.layout is not None:
+            body += f", {self.layout}"
+        return f"tile<{body}>"
+
+
+@dataclass(frozen=True)
+class TensorType:
+    rank: int
+    dtype: DType
+    index: DType = DType.INT32
+
+    def __str__(self) -> str:
+        dims = "x".join("?" * 1 for _ in range(self.rank))
+        body = f"{dims}x{self.dtype.short}" if dims else self.dtype.short
+        return f"tensor<{body}, {self.index.short}>"
+
+
+Type = TileType | TensorType
+
+
+def scalar(dtype: DType) -> TileType:
+    return TileType((), dtype)

@@ -1,0 +1,1 @@
+"""The user-facing language: ``@kernel``, tiles, tensors, control flow, builtins."""

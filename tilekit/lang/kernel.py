@@ -1,0 +1,208 @@
+"""``@tilekit.kernel``: a Python function that becomes a traced, specialized kernel.
+
+The decorator reads the function's signature once. Parameters annotated
+``tk.constexpr`` are compile-time values (part of the specialization);
+``tk.Tensor`` parameters are arrays; others are arrays or runtime scalars,
+decided by the value passed. Each distinct ``Specialization`` (constexpr
+values, tensor dtypes/ranks/index widths, scalar dtypes) is traced once and
+cached.
+
+Launch with ``kern[grid](*args, **kwargs)``; ``kern.trace(...)`` returns the
+IR without running it.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tilekit.errors import LaunchError, SourceLoc, TraceError, user_loc
+from tilekit.ir.core import Module
+from tilekit.ir.dtypes import DType
+from tilekit.ir.passes import DCE, PassManager, dump, should_dump
+from tilekit.ir.types import TensorType, TileType
+from tilekit.ir.verifier import verify
+from tilekit.lang import control, tracer
+from tilekit.lang.tensor import TensorArg
+from tilekit.lang.tile import Tile
+
+
+class constexpr:  # noqa: N801  (used as an annotation: `BLOCK: tk.constexpr`)
+    """Annotation: this parameter is a compile-time value (a specialization key)."""
+
+
+class Tensor:
+    """Annotation: this parameter is an array (numpy, torch, cupy, DLPack)."""
+
+
+class ParamKind(enum.Enum):
+    CONSTEXPR = "constexpr"
+    TENSOR = "tensor"
+    SCALAR = "scalar"
+    ANY = "any"  # decided by the value passed
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: ParamKind
+    dtype: DType | None  # for scalars annotated with a tilekit dtype
+    default: Any
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dtype: DType
+    rank: int
+    index: DType
+
+
+@dataclass(frozen=True)
+class ScalarSpec:
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class ConstSpec:
+    value: Any
+
+
+ArgSpec = TensorSpec | ScalarSpec | ConstSpec
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What one compiled version of a kernel may assume about its arguments."""
+
+    args: tuple[tuple[str, ArgSpec], ...]
+
+    @property
+    def constexprs(self) -> dict[str, Any]:
+        return {n: s.value for n, s in self.args if isinstance(s, ConstSpec)}
+
+
+def _param_kind(annotation: Any) -> tuple[ParamKind, DType | None]:
+    if annotation is constexpr or annotation == "constexpr" or annotation == "tk.constexpr":
+        return ParamKind.CONSTEXPR, None
+    if annotation is Tensor or annotation in ("Tensor", "tk.Tensor"):
+        return ParamKind.TENSOR, None
+    if isinstance(annotation, DType):
+        return ParamKind.SCALAR, annotation
+    if annotation in (int, "int"):
+        return ParamKind.SCALAR, None
+    if annotation in (float, "float"):
+        return ParamKind.SCALAR, DType.FLOAT32
+    return ParamKind.ANY, None
+
+
+class KernelFunction:
+    """A ``@tilekit.kernel`` function."""
+
+    def __init__(self, fn: Callable[..., Any], passes: PassManager | None = None) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self.signature = inspect.signature(fn)
+        code = fn.__code__
+        self.loc = SourceLoc(code.co_filename, code.co_firstlineno)
+        self.params: tuple[Param, ...] = tuple(self._params())
+        self.passes = passes or PassManager([DCE])
+        self._cache: dict[Specialization, Module] = {}
+
+    def _params(self) -> list[Param]:
+        out = []
+        for p in self.signature.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TraceError(f"kernel `{self.name}` may not take *args or **kwargs",
+                                 self.loc)
+            kind, dtype = _param_kind(p.annotation)
+            out.append(Param(p.name, kind, dtype, p.default))
+        return out
+
+    # --- launching -------------------------------------------------------------------------
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        from tilekit.rt.launcher import Launch
+
+        return Launch(self, grid)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        raise LaunchError(f"kernel `{self.name}` was called without a grid", user_loc(),
+                          hints=[f"launch it as {self.name}[grid](...), e.g. "
+                                 f"{self.name}[(n_blocks,)](...)"])
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+             loc: SourceLoc | None) -> dict[str, Any]:
+        """Match call arguments to parameters (defaults applied), or a clear LaunchError."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            expected = ", ".join(
+                f"{p.name}: {p.kind.value}" + ("" if p.default is inspect.Parameter.empty
+                                               else f" = {p.default!r}") for p in self.params)
+            raise LaunchError(f"bad arguments for kernel `{self.name}`: {exc}", loc,
+                              hints=[f"its parameters are ({expected})"]) from None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Module:
+        """The (optimized) IR for these example arguments, without running anything."""
+        from tilekit.rt.launcher import specialize_arguments
+
+        loc = user_loc()
+        spec, _ = specialize_arguments(self, self.bind(args, kwargs, loc), loc)
+        return self.specialize(spec)
+
+    # --- specialization --------------------------------------------------------------------
+
+    def specialize(self, spec: Specialization) -> Module:
+        """Trace (once per specialization) and run the pass pipeline."""
+        module = self._cache.get(spec)
+        if module is None:
+            module = self._trace(spec)
+            if should_dump("ir"):
+                dump(module, "ir")
+            module = self.passes.run(module)
+            self._cache[spec] = module
+        return module
+
+    def _trace(self, spec: Specialization) -> Module:
+        function = tracer.new_function(self.name, self.loc, spec.constexprs)
+        state = tracer.TraceState(function)
+        call_args: dict[str, Any] = {}
+        for name, arg in spec.args:
+            if isinstance(arg, ConstSpec):
+                call_args[name] = arg.value
+            elif isinstance(arg, TensorSpec):
+                value = function.entry.add_arg(TensorType(arg.rank, arg.dtype, arg.index), name)
+                call_args[name] = TensorArg(value, name)
+            else:
+                value = function.entry.add_arg(TileType((), arg.dtype), name)
+                call_args[name] = value
+        with tracer.tracing(state):
+            for name, arg in spec.args:
+                if isinstance(arg, ScalarSpec):
+                    call_args[name] = Tile(call_args[name])
+            result = self.fn(**call_args)
+            control.check_closed(state)
+        if result is not None:
+            raise TraceError(f"kernel `{self.name}` returned a value; kernels write their "
+                             "results to tensor arguments", self.loc,
+                             hints=["store results with X.tile(...).store(v) or tk.store"])
+        module = Module([function])
+        verify(module)
+        return module
+
+    def __repr__(self) -> str:
+        return f"<tilekit kernel {self.name} at {self.loc}>"
+
+
+def kernel(fn: Callable[..., Any] | None = None) -> Any:
+    """Decorator: make ``fn`` a tilekit kernel (``@tk.kernel`` or ``@tk.kernel()``)."""
+    if fn is None:
+        return kernel
+    return KernelFunction(fn)

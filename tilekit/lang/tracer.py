@@ -1,0 +1,120 @@
+"""The tracing state: where ops go while a kernel's Python body runs.
+
+A kernel is traced by calling its Python function once with proxy objects
+(``Tile``, ``TensorArg``); every tilekit operation the body performs emits
+IR at the current insertion point through ``emit``, stamped with the user's
+source line. ``emit`` is also where a malformed op becomes a ``TraceError``
+naming that line.
+
+Open control-flow scopes (``tk.range`` loops, ``tk.when`` blocks) are kept on
+a stack here so that the control module can find the tiles a body creates
+or mutates; see ``control.py`` for how those become loop-carried values.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tilekit.errors import SourceLoc, TraceError, user_loc
+from tilekit.ir.builder import Builder
+from tilekit.ir.core import Block, Function, Operation, Region, Value
+from tilekit.ir.opdef import OpTypeError
+
+
+@dataclass
+class Scope:
+    """An open ``tk.range`` or ``tk.when`` body."""
+
+    kind: str  # "loop" or "when"
+    loc: SourceLoc | None
+    block: Block
+    # Tiles created while the body was traced (to fix up or poison at exit).
+    created: list[Any] = field(default_factory=list)
+    # Tiles updated in place while the body was traced: id -> (tile, value before).
+    mutated: dict[int, tuple[Any, Value]] = field(default_factory=dict)
+
+
+class TraceState:
+    def __init__(self, function: Function) -> None:
+        self.function = function
+        self.builder = Builder(function.entry)
+        self.scopes: list[Scope] = []
+        self._tensor_scalars: dict[tuple[int, str, int], Value] = {}
+        self._hoisted = 0
+
+    def emit(
+        self,
+        op: str,
+        operands: Mapping[str, Value | Sequence[Value] | None] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        regions: Sequence[Region] = (),
+        loc: SourceLoc | None = None,
+    ) -> Operation:
+        loc = loc if loc is not None else user_loc()
+        try:
+            return self.builder.create(op, operands, attrs, regions, loc)
+        except OpTypeError as exc:
+            raise TraceError(f"invalid `{op}`: {exc}", loc) from None
+
+    def tensor_scalar(self, tensor: Value, kind: str, axis: int) -> Value:
+        """A tensor's size or stride, emitted once at the top of the kernel so
+        that every scope can read it."""
+        key = (id(tensor), kind, axis)
+        if key not in self._tensor_scalars:
+            op = self.builder.create(kind, {"tensor": tensor}, {"axis": axis},
+                                     loc=self.function.loc, insert=False)
+            self.function.entry.insert(self._hoisted, op)
+            self._hoisted += 1
+            self._tensor_scalars[key] = op.result
+        return self._tensor_scalars[key]
+
+    # --- scope bookkeeping (used by Tile and control) ---------------------------------------
+
+    def note_created(self, tile: Any) -> None:
+        if self.scopes:
+            self.scopes[-1].created.append(tile)
+
+    def note_mutation(self, tile: Any, before: Value) -> None:
+        for scope in self.scopes:
+            scope.mutated.setdefault(id(tile), (tile, before))
+
+
+_local = threading.local()
+
+
+def current() -> TraceState:
+    """The active trace, or a clear error when called outside a kernel."""
+    state = getattr(_local, "state", None)
+    if state is None:
+        raise TraceError(
+            "tilekit operations can only be used inside a @tilekit.kernel function while it "
+            "is traced", user_loc(),
+            hints=["call the kernel as kern[grid](args...) instead of calling it directly"])
+    return state
+
+
+def active() -> TraceState | None:
+    return getattr(_local, "state", None)
+
+
+class tracing:
+    """Context manager installing a ``TraceState`` for the current thread."""
+
+    def __init__(self, state: TraceState) -> None:
+        self.state = state
+        self._saved: TraceState | None = None
+
+    def __enter__(self) -> TraceState:
+        self._saved = getattr(_local, "state", None)
+        _local.state = self.state
+        return self.state
+
+    def __exit__(self, *exc: object) -> None:
+        _local.state = self._saved
+
+
+def new_function(name: str, loc: SourceLoc | None, constexprs: dict[str, Any]) -> Function:
+    return Function(name, Region([Block()]), constexprs, loc)

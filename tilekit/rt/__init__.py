@@ -1,0 +1,1 @@
+"""Running kernels: arrays in, backends (the CPU interpreter so far), launch."""

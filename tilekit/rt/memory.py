@@ -1,0 +1,162 @@
+"""Checked access to a tensor's memory for the interpreter.
+
+A tensor view is a base address plus strides; an element offset
+``sum(i_k * stride_k)`` is valid only if it is the offset of an element of
+the view. For dense views (contiguous in any order) that is the interval
+``[lo, hi]``; for views with gaps (a column slice, a strided view) we build
+the exact set once, so the interpreter catches an access that would land
+between rows — memory the kernel does not own even though it is inside the
+buffer.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from tilekit.ir.dtypes import DType
+from tilekit.ir.numerics import cast
+from tilekit.rt.arrays import HostArray
+
+
+class OutOfBounds(IndexError):
+    """An access outside a tensor; the interpreter adds the op, line and program id."""
+
+    def __init__(self, tensor: str, offset: int, shape: tuple[int, ...],
+                 index: tuple[int, ...] | None, position: tuple[int, ...]) -> None:
+        self.tensor = tensor
+        self.offset = offset
+        self.shape = shape
+        self.index = index
+        self.position = position
+        where = f" (index {index})" if index is not None else ""
+        super().__init__(f"element offset {offset}{where} is outside `{tensor}` of shape {shape}")
+
+
+class TensorBinding:
+    """One tensor argument during one launch: its memory, checked."""
+
+    def __init__(self, name: str, host: HostArray) -> None:
+        self.name = name
+        self.host = host
+        self.dtype: DType = host.dtype
+        self.shape = host.shape
+        self.strides = host.strides
+        self._flat, self._base = self._flatten(host)
+        self._valid: np.ndarray | None = None
+        dense = host.span == int(np.prod(self.shape, dtype=np.int64)) if self.shape else True
+        self._dense = dense
+
+    @staticmethod
+    def _flatten(host: HostArray) -> tuple[np.ndarray, int]:
+        """A 1-D view over every element's memory, and the element offset of index 0 in it."""
+        arr = host.array
+        if arr.ndim == 0:
+            return arr.reshape(1), 0
+        if host.span == 0:
+            return np.empty(0, dtype=arr.dtype), 0
+        # Start at the lowest addressed element (the last index along negative strides).
+        low = tuple(slice(n - 1, n) if st < 0 else slice(0, 1) for n, st in zip(arr.shape, host.strides))
+        corner = arr[low]
+        flat = np.lib.stride_tricks.as_strided(corner, shape=(host.span,),
+                                               strides=(arr.dtype.itemsize,),
+                                               writeable=arr.flags.writeable)
+        base = -sum(st * (n - 1) for n, st in zip(arr.shape, host.strides) if st < 0)
+        return flat, base
+
+    def _valid_mask(self) -> np.ndarray:
+        if self._valid is None:
+            valid = np.zeros(self._flat.shape[0], dtype=bool)
+            grids = np.indices(self.shape, dtype=np.int64) if self.shape else np.zeros((0,))
+            offs = self._base + sum(g * st for g, st in zip(grids, self.strides))
+            valid[np.asarray(offs).ravel()] = True
+            self._valid = valid
+        return self._valid
+
+    def _index_of(self, offset: int) -> tuple[int, ...] | None:
+        """The tensor index at an element offset, when there is one (for messages)."""
+        if not self.shape or any(n == 0 for n in self.shape):
+            return None
+        order = sorted(range(len(self.shape)), key=lambda d: -abs(self.strides[d]))
+        rest = offset
+        idx = [0] * len(self.shape)
+        for d in order:
+            st = self.strides[d]
+            if st == 0:
+                continue
+            idx[d] = rest // st
+            rest -= idx[d] * st
+        if rest == 0 and all(0 <= i < n for i, n in zip(idx, self.shape)):
+            return tuple(idx)
+        return None
+
+    def _check(self, offsets: np.ndarray, active: np.ndarray | None) -> np.ndarray:
+        """Positions in the flat buffer for the active offsets; raises on a bad one."""
+        offs = np.asarray(offsets, dtype=np.int64)
+        pos = offs + self._base
+        inside = (pos >= 0) & (pos < self._flat.shape[0])
+        if not self._dense:
+            ok = np.zeros(pos.shape, dtype=bool)
+            ok[inside] = self._valid_mask()[pos[inside]]
+            inside = ok
+        bad = ~inside if active is None else (~inside & active)
+        if np.any(bad):
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            off = int(offs[where]) if offs.ndim else int(offs)
+            raise OutOfBounds(self.name, off, self.shape, self._index_of(off), where)
+        return pos
+
+    def gather(self, offsets: np.ndarray, mask: np.ndarray | None,
+               other: np.ndarray | None) -> np.ndarray:
+        pos = self._check(offsets, mask)
+        if mask is None:
+            return self._flat[pos].copy()
+        fill = other if other is not None else np.zeros(np.shape(pos), dtype=self.dtype.np)
+        out = np.array(fill, dtype=self.dtype.np, copy=True)
+        m = np.asarray(mask, dtype=bool)
+        out[m] = self._flat[pos[m]]
+        return out
+
+    def _writable(self) -> None:
+        if not self._flat.flags.writeable:
+            raise ValueError(f"`{self.name}` is read-only")
+
+    def scatter(self, offsets: np.ndarray, values: np.ndarray, mask: np.ndarray | None) -> None:
+        pos = self._check(offsets, mask)
+        self._writable()
+        vals = np.broadcast_to(values, np.shape(pos))
+        if mask is None:
+            self._flat[pos.ravel()] = vals.ravel()
+        else:
+            m = np.asarray(mask, dtype=bool)
+            self._flat[pos[m]] = vals[m]
+
+    def atomic(self, kind: str, offsets: np.ndarray, values: np.ndarray,
+               mask: np.ndarray | None) -> np.ndarray:
+        """Apply element by element in row-major order, so duplicates all take effect."""
+        pos = self._check(offsets, mask)
+        self._writable()
+        vals = np.broadcast_to(values, np.shape(pos))
+        old = np.zeros(np.shape(pos), dtype=self.dtype.np)
+        m = np.ones(np.shape(pos), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        flat = self._flat
+        compute = self.dtype.compute_np
+        for where in itertools.product(*(range(n) for n in np.shape(pos))):
+            if not m[where]:
+                continue
+            p = pos[where]
+            before = flat[p]
+            old[where] = before
+            a, b = np.asarray(before).astype(compute), np.asarray(vals[where]).astype(compute)
+            with np.errstate(all="ignore"):
+                if kind == "add":
+                    new = a + b
+                elif kind == "max":
+                    new = np.maximum(a, b)
+                elif kind == "min":
+                    new = np.minimum(a, b)
+                else:
+                    new = b
+            flat[p] = cast(np.asarray(new), self.dtype)
+        return old
