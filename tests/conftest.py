@@ -20,3 +20,8 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=300)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_addoption(parser):  # type: ignore[no-untyped-def]
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the golden files of printed IR instead of comparing")

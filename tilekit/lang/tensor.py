@@ -126,7 +126,7 @@ class TileView:
         v = semantics.broadcast_to(semantics.cast(value, self.tensor.dtype), self.shape)
         tracer.current().emit("tile_store", {"tensor": self.tensor.value,
                                              "index": [i.value for i in self.index],
-                                             "value": v.value})
+                                             "value": v.value}, {"shape": self.shape})
 
     def __repr__(self) -> str:
         return f"<tk.TileView {self.tensor.name} {self.shape}>"

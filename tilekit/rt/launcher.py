@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tilekit.errors import LaunchError, SourceLoc, user_loc
+from tilekit.errors import LaunchError, SourceLoc, TilekitError, user_loc
 from tilekit.ir.core import Function, Module, Value
 from tilekit.ir.dtypes import DType, python_scalar_dtype
 from tilekit.lang.kernel import (
@@ -114,6 +114,13 @@ class Launch:
         self.grid = grid
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            self._launch(args, kwargs)
+        except TilekitError as exc:
+            # The message already names the user's line; tilekit's frames would only add noise.
+            raise exc.with_traceback(None) from None
+
+    def _launch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         loc = user_loc()
         bound = self.kernel.bind(args, kwargs, loc)
         spec, runtime = specialize_arguments(self.kernel, bound, loc)
