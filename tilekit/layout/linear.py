@@ -32,9 +32,11 @@ included); ``equivalent`` compares functions regardless of dim order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -203,7 +205,7 @@ class LinearLayout:
                         f"basis {name}[{i}] = {list(image)} has {len(image)} components but "
                         f"the layout has {len(outs)} out dims {[n for n, _ in outs]}"
                     )
-                for (out_name, size), x in zip(outs, image):
+                for (out_name, size), x in zip(outs, image, strict=True):
                     if not 0 <= x < size:
                         raise LayoutError(
                             f"basis {name}[{i}] = {list(image)}: {out_name} component {x} is "
@@ -420,7 +422,7 @@ class LinearLayout:
 
     def _join(self, image: Basis) -> int:
         flat = 0
-        for (shift, _), x in zip(self._shifts, image):
+        for (shift, _), x in zip(self._shifts, image, strict=True):
             flat |= x << shift
         return flat
 
@@ -444,15 +446,10 @@ class LinearLayout:
 
     def _check_inputs(self, keys: Iterable[str]) -> None:
         given = set(keys)
-        expected = set(self.in_dims)
-        if given != expected:
+        if given != set(self.in_dims):
             missing = [d for d in self.in_dims if d not in given]
-            unknown = sorted(given - expected)
-            parts = []
-            if missing:
-                parts.append(f"missing {missing}")
-            if unknown:
-                parts.append(f"unknown {unknown}")
+            unknown = sorted(given - set(self.in_dims))
+            parts = [f"missing {missing}"] * bool(missing) + [f"unknown {unknown}"] * bool(unknown)
             raise LayoutError(
                 f"inputs must name exactly the in dims {list(self.in_dims)}: " + ", ".join(parts)
             )
@@ -470,24 +467,15 @@ class LinearLayout:
             value = int(value)
             if not 0 <= value < (1 << len(images)):
                 raise LayoutError(f"input {name}={value} is outside [0, {1 << len(images)})")
-            bit = 0
-            while value:
-                if value & 1:
-                    flat ^= columns[position + bit]
-                value >>= 1
-                bit += 1
+            flat ^= _xor_selected(value, columns, position)
             position += len(images)
-        return dict(zip(self.out_dims, self._split(flat)))
+        return dict(zip(self.out_dims, self._split(flat), strict=True))
 
     def apply_flat(self, index: int) -> int:
         """The flat output of a flat input index (both in the first-dim-minor encoding)."""
         if not 0 <= index < self.total_in_size:
             raise LayoutError(f"flat input {index} is outside [0, {self.total_in_size})")
-        flat = 0
-        for bit, column in enumerate(self.flat_columns):
-            if index >> bit & 1:
-                flat ^= column
-        return flat
+        return _xor_selected(index, self.flat_columns)
 
     def apply_array(self, inputs: Mapping[str, np.ndarray | int]) -> dict[str, np.ndarray]:
         """``apply`` over broadcastable integer arrays, vectorized (int64 results)."""
@@ -495,12 +483,12 @@ class LinearLayout:
         names = self.in_dims
         arrays = np.broadcast_arrays(*(np.asarray(inputs[n], dtype=np.int64) for n in names))
         shape = arrays[0].shape if arrays else ()
-        for name, array in zip(names, arrays):
+        for name, array in zip(names, arrays, strict=True):
             size = self.in_dim_size(name)
             if array.size and (array.min() < 0 or array.max() >= size):
                 raise LayoutError(f"input {name} has values outside [0, {size})")
         bit_arrays: list[np.ndarray] = []
-        for array, (_, images) in zip(arrays, self._ins):
+        for array, (_, images) in zip(arrays, self._ins, strict=True):
             bit_arrays.extend((array >> i) & 1 for i in range(len(images)))
         return self._xor_columns(bit_arrays, shape)
 
@@ -510,24 +498,15 @@ class LinearLayout:
         bits = [(flat >> i) & 1 for i in range(self.total_in_bits)]
         return self._xor_columns(bits, flat.shape)
 
-    def _xor_columns(self, bits: Sequence[np.ndarray], shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-        columns = self.flat_columns
-        if self.total_out_bits <= 62:
-            acc = np.zeros(shape, dtype=np.int64)
-            for bit, column in zip(bits, columns):
-                if column:
-                    acc ^= bit * column
-            return {name: (acc >> shift) & mask
-                    for name, (shift, mask) in zip(self.out_dims, self._shifts)}
-        all_images = [image for _, images in self._ins for image in images]
-        result = {}
-        for k, name in enumerate(self.out_dims):
-            acc = np.zeros(shape, dtype=np.int64)
-            for bit, image in zip(bits, all_images):
-                if image[k]:
-                    acc ^= bit * image[k]
-            result[name] = acc
-        return result
+    def _xor_columns(self, bits: Sequence[np.ndarray], shape: tuple[int, ...]) -> dict[str, Any]:
+        if self.total_out_bits > 62:
+            raise LayoutError(f"{self.total_out_bits} output bits do not fit numpy's int64")
+        acc = np.zeros(shape, dtype=np.int64)
+        for bit, column in zip(bits, self.flat_columns, strict=True):
+            if column:
+                acc ^= bit * column
+        return {name: (acc >> shift) & mask
+                for name, (shift, mask) in zip(self.out_dims, self._shifts, strict=True)}
 
     # ----------------------------------------------------------------- algebra
 
@@ -588,13 +567,8 @@ class LinearLayout:
         for _, images in self._ins:
             for image in images:
                 flat = 0
-                for value, table in zip(image, outer_columns):
-                    bit = 0
-                    while value:
-                        if value & 1:
-                            flat ^= table[bit]
-                        value >>= 1
-                        bit += 1
+                for value, table in zip(image, outer_columns, strict=True):
+                    flat ^= _xor_selected(value, table)
                 columns.append(flat)
         return LinearLayout._from_columns(self._in_bits, outer._outs, columns)
 
@@ -622,7 +596,7 @@ class LinearLayout:
     def _not_surjective_reason(self) -> str:
         echelon = self._echelon
         missing = next(b for b in range(self.total_out_bits) if echelon.solve(1 << b) is None)
-        point = dict(zip(self.out_dims, self._split(1 << missing)))
+        point = dict(zip(self.out_dims, self._split(1 << missing), strict=True))
         return (f"it is not surjective: rank {echelon.rank} < {self.total_out_bits} output bits; "
                 f"e.g. no input reaches {point}")
 
@@ -692,7 +666,7 @@ class LinearLayout:
         columns = []
         for name, images in other._ins:
             for i, image in enumerate(images):
-                point = dict(zip(other.out_dims, image))
+                point = dict(zip(other.out_dims, image, strict=True))
                 outside = [d for d, v in point.items() if v >= sizes[d]]
                 combo = None
                 if not outside:
@@ -797,7 +771,7 @@ class LinearLayout:
     def reshape_ins(self, new_in_dims: DimSizes) -> LinearLayout:
         """Flatten the ins (first dim minor) and split them into ``new_in_dims`` (first minor)."""
         items = _dim_items(new_in_dims, "in dim")
-        total = _total(items)
+        total = math.prod(size for _, size in items)
         if total != self.total_in_size:
             raise LayoutError(
                 f"reshape_ins: new in dims {dict(items)} have {total} points, the layout has "
@@ -809,7 +783,7 @@ class LinearLayout:
     def reshape_outs(self, new_out_dims: DimSizes) -> LinearLayout:
         """Flatten the outs (first dim minor) and split them into ``new_out_dims``."""
         items = _dim_items(new_out_dims, "out dim")
-        total = _total(items)
+        total = math.prod(size for _, size in items)
         if total != self.total_out_size:
             raise LayoutError(
                 f"reshape_outs: new out dims {dict(items)} have {total} points, the layout has "
@@ -835,7 +809,7 @@ class LinearLayout:
         if len(set(new)) != len(new):
             raise LayoutError(f"renaming in dims to {new} repeats a name")
         return LinearLayout._make(
-            tuple((n, images) for n, (_, images) in zip(new, self._ins)), self._outs
+            tuple((n, images) for n, (_, images) in zip(new, self._ins, strict=True)), self._outs
         )
 
     def rename_outs(self, names: Mapping[str, str]) -> LinearLayout:
@@ -844,7 +818,7 @@ class LinearLayout:
         if len(set(new)) != len(new):
             raise LayoutError(f"renaming out dims to {new} repeats a name")
         return LinearLayout._make(
-            self._ins, tuple((n, size) for n, (_, size) in zip(new, self._outs))
+            self._ins, tuple((n, size) for n, (_, size) in zip(new, self._outs, strict=True))
         )
 
     def resize_in_dim(self, name: str, size: int) -> LinearLayout:
@@ -898,7 +872,7 @@ class LinearLayout:
                 f"{other.in_dim_sizes}"
             )
         ins = tuple(
-            (name, tuple(a + b for a, b in zip(images, other._in_index[name])))
+            (name, tuple(a + b for a, b in zip(images, other._in_index[name], strict=True)))
             for name, images in self._ins
         )
         return LinearLayout._make(ins, self._outs + other._outs)
@@ -930,16 +904,6 @@ class LinearLayout:
         lines.append(f"where out dims are: [{outs}]")
         return "\n".join(lines)
 
-    def iter_inputs(self) -> Iterator[dict[str, int]]:
-        """Every input point, flat order (first in dim fastest). For small layouts only."""
-        sizes = [(name, 1 << len(images)) for name, images in self._ins]
-        for flat in range(self.total_in_size):
-            point = {}
-            for name, size in sizes:
-                point[name] = flat % size
-                flat //= size
-            yield point
-
 
 def _shifts(outs: Sequence[tuple[str, int]]) -> tuple[tuple[int, int], ...]:
     shifts = []
@@ -950,11 +914,14 @@ def _shifts(outs: Sequence[tuple[str, int]]) -> tuple[tuple[int, int], ...]:
     return tuple(shifts)
 
 
-def _total(items: Sequence[tuple[str, int]]) -> int:
-    total = 1
-    for _, size in items:
-        total *= size
-    return total
+def _xor_selected(mask: int, table: Sequence[int], start: int = 0) -> int:
+    """XOR of ``table[start + i]`` over the set bits ``i`` of ``mask``: a matrix-vector product."""
+    acc = 0
+    while mask:
+        low = mask & -mask
+        acc ^= table[start + low.bit_length() - 1]
+        mask ^= low
+    return acc
 
 
 def _check_permutation(order: Sequence[str], names: Sequence[str], kind: str) -> None:
