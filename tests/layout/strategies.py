@@ -28,7 +28,7 @@ OUT_NAMES = ("dim0", "dim1", "dim2")
 DimBits = list[tuple[str, int]]  # (name, number of bits)
 
 
-# ----------------------------------------------------------------------------- reference checkers
+# ------------------------------------------------------------------------------ reference checkers
 
 
 def reference_apply(layout: LinearLayout, inputs: Mapping[str, int]) -> dict[str, int]:
@@ -39,8 +39,8 @@ def reference_apply(layout: LinearLayout, inputs: Mapping[str, int]) -> dict[str
         value = inputs.get(name, 0)
         for bit, image in enumerate(images):
             if value >> bit & 1:
-                result = [r ^ x for r, x in zip(result, image)]
-    return dict(zip(outs, result))
+                result = [r ^ x for r, x in zip(result, image, strict=True)]
+    return dict(zip(outs, result, strict=True))
 
 
 def all_inputs(layout: LinearLayout) -> Iterator[dict[str, int]]:
@@ -48,7 +48,7 @@ def all_inputs(layout: LinearLayout) -> Iterator[dict[str, int]]:
     names = list(layout.bases)
     ranges = [range(2 ** len(layout.bases[n])) for n in names]
     for values in itertools.product(*reversed(ranges)):
-        yield dict(zip(names, reversed(values)))
+        yield dict(zip(names, reversed(values), strict=True))
 
 
 def flat_input(layout: LinearLayout, point: Mapping[str, int]) -> int:
@@ -74,7 +74,7 @@ def reference_image(layout: LinearLayout) -> set[tuple[int, ...]]:
     return {tuple(reference_apply(layout, p).values()) for p in all_inputs(layout)}
 
 
-# ----------------------------------------------------------------------------- matrices as column ints
+# ------------------------------------------------------------------------- matrices as column ints
 
 
 def _split_column(column: int, outs: DimBits) -> tuple[int, ...]:
@@ -128,11 +128,11 @@ def dim_bits(
     if not chosen:
         return []
     cuts = sorted(draw(st.lists(st.integers(0, total), min_size=count - 1, max_size=count - 1)))
-    parts = [b - a for a, b in zip([0, *cuts], [*cuts, total])]
-    return [(names[i], bits) for i, bits in zip(chosen, parts)]
+    parts = [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+    return [(names[i], bits) for i, bits in zip(chosen, parts, strict=True)]
 
 
-# ----------------------------------------------------------------------------- layout strategies
+# ------------------------------------------------------------------------------- layout strategies
 
 
 @st.composite
@@ -234,7 +234,7 @@ def covered_pairs(draw: st.DrawFn, max_bits: int = 6) -> tuple[LinearLayout, Lin
     """(target, source) over the same out dims where target reaches every source image."""
     target = draw(layouts(max_in_bits=max_bits, max_out_bits=max_bits, min_out_bits=1))
     t_columns = [
-        sum(v << s for v, s in zip(image, _offsets(target)))
+        sum(v << s for v, s in zip(image, _offsets(target), strict=True))
         for images in target.bases.values() for image in images
     ]
     source_ins = draw(dim_bits(("x", "y"), draw(st.integers(0, max_bits))))
@@ -243,7 +243,7 @@ def covered_pairs(draw: st.DrawFn, max_bits: int = 6) -> tuple[LinearLayout, Lin
     for _ in range(n):
         picks = draw(st.lists(st.booleans(), min_size=len(t_columns), max_size=len(t_columns)))
         acc = 0
-        for pick, column in zip(picks, t_columns):
+        for pick, column in zip(picks, t_columns, strict=True):
             if pick:
                 acc ^= column
         columns.append(acc)

@@ -46,7 +46,7 @@ def _flat_preimages(layout: LinearLayout) -> dict[tuple[int, ...], int]:
     return smallest
 
 
-# ----------------------------------------------------------------------------- construction
+# ------------------------------------------------------------------------------------ construction
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_dims_sizes_and_bases():
         MMA_ACC.basis("register", 2)
 
 
-# ----------------------------------------------------------------------------- evaluation
+# -------------------------------------------------------------------------------------- evaluation
 
 
 def test_worked_example_mma_accumulator():
@@ -169,7 +169,7 @@ def test_apply_array_broadcasts_scalars():
     assert out["dim0"].tolist() == [1, 1, 9, 9] and out["dim1"].tolist() == [2, 3, 2, 3]
 
 
-# ----------------------------------------------------------------------------- constructors
+# ------------------------------------------------------------------------------------ constructors
 
 
 def test_one_dimensional_constructors():
@@ -189,7 +189,7 @@ def test_one_dimensional_constructors():
     assert nothing.rank() == 0 and nothing.out_dim_size("dim0") == 8
 
 
-# ----------------------------------------------------------------------------- product
+# ----------------------------------------------------------------------------------------- product
 
 
 @given(
@@ -237,7 +237,7 @@ def test_product_rejects_inconsistent_dim_orders():
         left * right
 
 
-# ----------------------------------------------------------------------------- composition
+# ------------------------------------------------------------------------------------- composition
 
 
 @given(composable_pairs())
@@ -257,7 +257,7 @@ def test_compose_rejects_mismatched_dims():
         inner.compose(LinearLayout.identity_1d(4, "dim0", "x"))
 
 
-# ----------------------------------------------------------------------------- inverses
+# ---------------------------------------------------------------------------------------- inverses
 
 
 @given(invertible_layouts())
@@ -332,7 +332,7 @@ def test_invert_and_compose_rejects_uncovered_sources():
         target.invert_and_compose(LinearLayout({"x": [[1]]}, {"dim1": 2}))
 
 
-# ----------------------------------------------------------------------------- predicates
+# -------------------------------------------------------------------------------------- predicates
 
 
 @given(layouts())
@@ -370,7 +370,7 @@ def test_free_and_redundant_bases(layout):
         for bit, image in enumerate(images):
             assert bool(free[name] >> bit & 1) == (not any(image))
             assert bool(redundant[name] >> bit & 1) == (image in seen)
-            seen |= {tuple(a ^ b for a, b in zip(s, image)) for s in seen}
+            seen |= {tuple(a ^ b for a, b in zip(s, image, strict=True)) for s in seen}
 
 
 @given(layouts())
@@ -382,12 +382,13 @@ def test_remove_zero_bases_keeps_the_image(layout):
         assert trimmed.in_dim_size_log2(name) == layout.in_dim_size_log2(name) - dropped
 
 
-# ----------------------------------------------------------------------------- sub-layouts
+# ------------------------------------------------------------------------------------- sub-layouts
 
 
 @given(layouts(), st.data())
 def test_sublayout_restricts_and_projects(layout, data):
-    ins = data.draw(st.lists(st.sampled_from(layout.in_dims), unique=True)) if layout.in_dims else []
+    ins = (data.draw(st.lists(st.sampled_from(layout.in_dims), unique=True))
+           if layout.in_dims else [])
     outs = (data.draw(st.lists(st.sampled_from(layout.out_dims), unique=True))
             if layout.out_dims else [])
     sub = layout.sublayout(ins, outs)
@@ -411,7 +412,7 @@ def test_sublayout_rejects_unknown_dims():
     assert MMA_ACC.sublayout(["register"], ["dim0"]).bases == {"register": ((0,), (8,))}
 
 
-# ----------------------------------------------------------------------------- reshaping
+# --------------------------------------------------------------------------------------- reshaping
 
 
 @given(layouts(), st.randoms(use_true_random=False))
@@ -514,7 +515,7 @@ def test_concat_rejects_overlaps():
         MMA_ACC.concat_outs(MMA_ACC)
 
 
-# ----------------------------------------------------------------------------- matrices, printing
+# ------------------------------------------------------------------------------ matrices, printing
 
 
 @given(layouts())
