@@ -65,14 +65,18 @@ def _from_numpy(arr: np.ndarray, name: str, loc: SourceLoc | None, device: str =
             f"argument `{name}` has element type {arr.dtype}, which tilekit does not support",
             loc, hints=["supported: " + ", ".join(d.long for d in DType),
                         f"convert it first, e.g. {name}.astype(np.float32)"]) from None
-    if not arr.flags.aligned:
-        raise LaunchError(f"argument `{name}` is not aligned to its element size", loc,
-                          hints=[f"pass a copy: np.ascontiguousarray({name})"])
+    # Strides first: numpy also marks such a view unaligned, and the stride is the real cause.
     item = arr.dtype.itemsize
     if any(s % item for s in arr.strides):
         raise LaunchError(f"argument `{name}` has strides {arr.strides} bytes that are not "
                           f"multiples of its element size {item}", loc,
                           hints=[f"pass a copy: np.ascontiguousarray({name})"])
+    if not arr.flags.aligned:
+        misalign = arr.ctypes.data % arr.dtype.alignment
+        raise LaunchError(f"argument `{name}` is not aligned to its element size: its data "
+                          f"starts {misalign} byte{'s' * (misalign != 1)} past a multiple of "
+                          f"{arr.dtype.alignment}",
+                          loc, hints=[f"pass a copy: np.ascontiguousarray({name})"])
     strides = tuple(s // item for s in arr.strides)
     return HostArray(arr, dtype, tuple(arr.shape), strides, device, writeback)
 
