@@ -49,6 +49,7 @@ __all__ = [
     "OFFSET",
     "REGISTER",
     "WARP",
+    "log2_exact",
     "standard_out_dims",
 ]
 
