@@ -13,8 +13,10 @@ IR without running it.
 
 from __future__ import annotations
 
+import ast
 import enum
 import inspect
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -191,11 +193,41 @@ class KernelFunction:
             control.check_closed(state)
         if result is not None:
             raise TraceError(f"kernel `{self.name}` returned a value; kernels write their "
-                             "results to tensor arguments", self.loc,
+                             "results to tensor arguments", self._return_loc(),
                              hints=["store results with X.tile(...).store(v) or tk.store"])
         module = Module([function])
         verify(module)
         return module
+
+    def _return_loc(self) -> SourceLoc:
+        """The first `return <value>` statement of the kernel's source (for the error saying
+        that kernels return nothing); the `def` line when the source cannot be read."""
+        try:
+            lines, first = inspect.getsourcelines(self.fn)
+        except (OSError, TypeError):
+            return self.loc
+        text = "".join(lines)
+        indent = len(lines[0]) - len(lines[0].lstrip())
+        try:
+            tree = ast.parse(textwrap.dedent(text))
+        except SyntaxError:
+            return self.loc
+        found: list[ast.Return] = []
+        todo: list[ast.AST] = list(getattr(tree.body[0], "body", [])) if tree.body else []
+        while todo:  # every statement of the body, not descending into nested defs
+            node = todo.pop()
+            if isinstance(node, ast.Return) and node.value is not None:
+                found.append(node)
+            elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                       ast.Lambda)):
+                todo.extend(ast.iter_child_nodes(node))
+        if not found:
+            return self.loc
+        node = min(found, key=lambda r: (r.lineno, r.col_offset))
+        end_line = node.end_lineno if node.end_lineno is not None else node.lineno
+        end_col = node.end_col_offset + indent if node.end_col_offset is not None else None
+        return SourceLoc(self.loc.file, first + node.lineno - 1, node.col_offset + indent,
+                         end_col, first + end_line - 1)
 
     def __repr__(self) -> str:
         return f"<tilekit kernel {self.name} at {self.loc}>"
