@@ -30,7 +30,15 @@ from types import FrameType
 from typing import Any
 
 from tilekit.errors import SourceLoc, TraceError, user_loc
-from tilekit.ir.core import Block, BlockArgument, Operation, Region, Value, replace_uses
+from tilekit.ir.core import (
+    Block,
+    BlockArgument,
+    Operation,
+    OpResult,
+    Region,
+    Value,
+    replace_uses,
+)
 from tilekit.ir.dtypes import DType, promote
 from tilekit.lang import semantics, tracer
 from tilekit.lang.tile import Escaped, Tile
@@ -146,10 +154,18 @@ class _BodyScope:
 
     def _type_check(self, name: str, before: Value, after: Value) -> None:
         if before.type != after.type:
+            # Point at the body line that made the new value (the end of the body would
+            # only name the loop header); name the loop's line in the message.
+            loc = user_loc()
+            if isinstance(after, OpResult) and after.owner.loc is not None and \
+                    id(after) in _defined_in(self.block):
+                loc = after.owner.loc
+            line = f" (line {self.loc.line})" if self.loc else ""
             raise TraceError(
-                f"`{name}` is {before.type} before the {self._what()} and {after.type} inside it",
-                user_loc(), hints=["a carried value keeps its shape and type; cast with "
-                                   ".to(...) or broadcast before the body"])
+                f"`{name}` is {before.type} before the {self._what()}{line} and {after.type} "
+                "inside it", loc,
+                hints=["a carried value keeps its shape and type; cast with "
+                       ".to(...) or broadcast before the body"])
 
 
 class _LoopTrace(_BodyScope):
