@@ -98,7 +98,14 @@ class TensorArg:
             hints=["load a tile first: X.tile(shape, index).load() or tk.load(X, offsets)"])
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_arith
-    __truediv__ = __getitem__ = _no_arith
+    __truediv__ = _no_arith
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TraceError(
+            f"tensor `{self.name}` cannot be indexed like an array inside a kernel; tensors "
+            "are memory, not values", user_loc(),
+            hints=["read elements with tk.load(X, offsets) (offsets count elements, e.g. "
+                   "i * X.stride(0) + j), or a box with X.tile(shape, index).load()"])
 
 
 class TileView:
