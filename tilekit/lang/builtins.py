@@ -217,8 +217,11 @@ def dot(a: Tile, b: Tile, acc: Tile | None = None, out_dtype: DType | None = Non
 
 def _tensor(x: Any, fn: str) -> TensorArg:
     if not isinstance(x, TensorArg):
+        got = f"a runtime {x.type} value" if isinstance(x, Tile) else type(x).__name__
         raise TraceError(f"the first argument of {fn} must be a tensor parameter of the kernel, "
-                         f"got {type(x).__name__}", user_loc())
+                         f"got {got}", user_loc(),
+                         hints=["pass an array for that parameter (annotate it tk.Tensor); "
+                                "Python numbers become runtime scalars"])
     return x
 
 
