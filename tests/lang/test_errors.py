@@ -1,0 +1,735 @@
+"""Bad kernels and bad launches: the error class, the message, the line it names.
+
+Each case marks the line the error must point at with a trailing
+``# <-- tag`` comment; ``expect`` finds that line in this file, so the tests
+keep working when lines move. Besides the class and a meaningful part of the
+message, every case checks the rendered text: ``file:line:col: error: ...``,
+then the user's source line, then a caret under the reported column.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilekit as tk
+from tilekit.errors import (
+    ExecutionError,
+    LaunchError,
+    MemoryAccessError,
+    TilekitError,
+    TraceError,
+)
+
+_THIS = os.path.abspath(__file__)
+_LINES = Path(_THIS).read_text().splitlines()
+
+
+def line_of(tag: str) -> int:
+    """The 1-based line of this file that ends with ``# <-- tag``."""
+    hits = [i + 1 for i, text in enumerate(_LINES) if text.rstrip().endswith(f"# <-- {tag}")]
+    assert len(hits) == 1, f"marker {tag!r} found {len(hits)} times"
+    return hits[0]
+
+
+def check_rendered(err: TilekitError, line: int) -> None:
+    """``str(err)`` starts at ``file:line``, shows that source line and a caret under it."""
+    loc = err.loc
+    assert loc is not None
+    text = str(err).splitlines()
+    col = f":{loc.col + 1}" if loc.col is not None else ""
+    assert text[0] == f"{_THIS}:{line}{col}: error: {err.message}"
+    assert text[1] == "    " + _LINES[line - 1]
+    if loc.col is not None:
+        caret = text[2]
+        assert caret.strip().startswith("^"), caret
+        assert caret.index("^") == 4 + loc.col
+        assert set(caret.strip()) <= {"^", "~"}
+    for hint in err.hints:
+        assert f"hint: {hint}" in text
+
+
+@contextmanager
+def expect(cls: type[TilekitError], message: str, tag: str,
+           hint: str | None = None) -> Iterator[None]:
+    """The block raises exactly ``cls`` with ``message`` in its message, pointing at the
+    line marked ``tag`` in this file (and a hint containing ``hint``)."""
+    with pytest.raises(TilekitError) as info:
+        yield
+    err = info.value
+    assert type(err) is cls, f"{type(err).__name__}: {err}"
+    assert message in err.message, str(err)
+    assert err.loc is not None, str(err)
+    assert err.loc.file == _THIS, str(err)
+    assert err.loc.line == line_of(tag), str(err)
+    if hint is not None:
+        assert any(hint in h for h in err.hints), str(err)
+    check_rendered(err, err.loc.line)
+
+
+# --- kernels shared by the launch errors -----------------------------------------------------
+
+
+@tk.kernel
+def copy(X: tk.Tensor, Y: tk.Tensor, N: tk.constexpr):
+    i = tk.program_id(0)
+    Y.tile((N,), (i,)).store(X.tile((N,), (i,)).load())
+
+
+@tk.kernel
+def scale(X: tk.Tensor, Y: tk.Tensor, s, N: tk.constexpr):
+    offs = tk.program_id(0) * N + tk.arange(N)
+    v = tk.load(X, offs)  # <-- oob-load
+    tk.store(Y, offs, v * s)  # <-- oob-store
+
+
+def _vec(n: int = 8, dtype: type = np.float32) -> np.ndarray:
+    return np.arange(n).astype(dtype)
+
+
+# --- launch: arguments ----------------------------------------------------------------------
+
+
+def test_too_many_arguments() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "too many positional arguments", "too-many",
+                hint="(X: tensor, Y: tensor, N: constexpr)"):
+        copy[1](x, y, 8, 9)  # <-- too-many
+
+
+def test_missing_argument() -> None:
+    x = _vec()
+    with expect(LaunchError, "missing a required argument: 'Y'", "missing-arg"):
+        copy[1](x, N=8)  # <-- missing-arg
+
+
+def test_unknown_keyword() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "unexpected keyword argument 'BLOCK'", "unknown-kw",
+                hint="N: constexpr"):
+        copy[1](x, y, N=8, BLOCK=8)  # <-- unknown-kw
+
+
+def test_missing_constexpr() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "missing a required argument: 'N'", "missing-constexpr",
+                hint="N: constexpr"):
+        copy[1](x, y)  # <-- missing-constexpr
+
+
+def test_array_as_constexpr() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "`N` is a tk.constexpr, so it must be a compile-time constant",
+                "array-constexpr", hint="remove the tk.constexpr annotation"):
+        copy[1](x, y, N=x)  # <-- array-constexpr
+
+
+def test_scalar_for_a_tensor_parameter() -> None:
+    y = _vec()
+    with expect(LaunchError, "`X` is a tk.Tensor parameter, got the scalar 3.0", "scalar-tensor"):
+        copy[1](3.0, y, N=8)  # <-- scalar-tensor
+
+
+def test_array_for_a_scalar_parameter() -> None:
+    x, y = _vec(), _vec()
+
+    @tk.kernel
+    def k(X: tk.Tensor, n: int):
+        tk.store(X, tk.arange(1), n)
+
+    with expect(LaunchError, "`n` is a scalar parameter, got ndarray", "array-scalar",
+                hint="annotate it tk.Tensor"):
+        k[1](x, y)  # <-- array-scalar
+
+
+def test_runtime_scalar_used_as_a_tensor() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        v = tk.load(n, tk.arange(4))  # <-- scalar-as-tensor
+
+    with expect(TraceError, "must be a tensor parameter of the kernel, got a runtime i32 value",
+                "scalar-as-tensor"):
+        k[1](_vec(), 3)
+
+
+def test_list_argument() -> None:
+    y = _vec()
+    with expect(LaunchError, "must be an array (numpy, torch, cupy or DLPack), got list",
+                "list-arg", hint="np.asarray"):
+        copy[1]([1.0, 2.0], y, N=8)  # <-- list-arg
+
+
+def test_unsupported_dtype_complex64() -> None:
+    x, y = _vec().astype(np.complex64), _vec()
+    with expect(LaunchError, "element type complex64, which tilekit does not support",
+                "complex", hint="astype(np.float32)"):
+        copy[1](x, y, N=8)  # <-- complex
+
+
+def test_misaligned_view() -> None:
+    raw = np.zeros(4 * 8 + 1, dtype=np.uint8)
+    x = raw[1:].view(np.float32)  # starts one byte past an aligned address
+    assert not x.flags.aligned
+    with expect(LaunchError, "`X` is not aligned to its element size", "misaligned",
+                hint="np.ascontiguousarray(X)"):
+        copy[1](x, _vec(), N=8)  # <-- misaligned
+    with pytest.raises(LaunchError, match="starts 1 byte past a multiple of 4"):
+        copy[1](x, _vec(), N=8)
+
+
+def test_stride_not_a_multiple_of_the_element_size() -> None:
+    records = np.zeros(8, dtype=[("a", np.float32), ("b", np.uint8)])  # 5-byte records
+    with expect(LaunchError, "strides (5,) bytes that are not multiples of its element size 4",
+                "odd-stride", hint="np.ascontiguousarray(X)"):
+        copy[1](records["a"], _vec(), N=8)  # <-- odd-stride
+
+
+def test_read_only_array_written_by_the_kernel() -> None:
+    y = _vec()
+    y.flags.writeable = False
+    with expect(LaunchError, "kernel `copy` writes to `Y`, but that array is read-only",
+                "read-only", hint="Y.copy()"):
+        copy[1](_vec(), y, N=8)  # <-- read-only
+
+
+def test_read_only_array_that_is_only_read_is_fine() -> None:
+    x, y = _vec(), np.zeros(8, np.float32)
+    x.flags.writeable = False
+    copy[1](x, y, N=8)
+    np.testing.assert_array_equal(y, x)
+
+
+# --- launch: the grid -----------------------------------------------------------------------
+
+
+def test_negative_grid() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "grid sizes must be non-negative ints, got (4, -1)", "grid-neg",
+                hint="tk.cdiv"):
+        copy[4, -1](x, y, N=8)  # <-- grid-neg
+
+
+def test_empty_grid() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "the grid must be an int or a tuple of 1 to 3 ints, got ()",
+                "grid-0d"):
+        copy[()](x, y, N=8)  # <-- grid-0d
+
+
+def test_grid_with_four_dims() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "1 to 3 ints, got (1, 1, 1, 1)", "grid-4d"):
+        copy[1, 1, 1, 1](x, y, N=8)  # <-- grid-4d
+
+
+def test_float_grid() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "1 to 3 ints, got 1.5", "grid-float"):
+        copy[1.5](x, y, N=8)  # <-- grid-float
+    with expect(LaunchError, "grid sizes must be non-negative ints, got (2.0,)", "grid-float2"):
+        copy[(2.0,)](x, y, N=8)  # <-- grid-float2
+
+
+def test_grid_function_returning_garbage() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "1 to 3 ints, got 'rows'", "grid-fn"):
+        copy[lambda meta: "rows"](x, y, N=8)  # <-- grid-fn
+
+
+def test_kernel_called_without_a_grid() -> None:
+    x, y = _vec(), _vec()
+    with expect(LaunchError, "kernel `copy` was called without a grid", "no-grid",
+                hint="copy[grid](...)"):
+        copy(x, y, N=8)  # <-- no-grid
+
+
+def test_tk_function_outside_a_kernel() -> None:
+    with expect(TraceError, "can only be used inside a @tilekit.kernel function", "outside",
+                hint="kern[grid](args...)"):
+        tk.arange(4)  # <-- outside
+
+
+def test_kernel_with_var_keyword_parameters() -> None:
+    with expect(TraceError, "kernel `k` may not take *args or **kwargs", "var-kw"):
+        @tk.kernel  # <-- var-kw
+        def k(X, **extra):
+            pass
+
+
+# --- tracing: compile-time values ----------------------------------------------------------
+
+
+def test_arange_of_a_runtime_value() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        r = tk.arange(n)  # <-- arange-n
+
+    with expect(TraceError, "the end of tk.arange must be known when compiling, but it is a "
+                "runtime i32", "arange-n", hint="tk.constexpr"):
+        k[1](_vec(), 8)
+
+
+def test_zeros_of_a_runtime_shape() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        r = tk.zeros((n,))  # <-- zeros-n
+
+    with expect(TraceError, "a tile shape must be known when compiling, but it contains a "
+                "runtime i32", "zeros-n", hint="tk.constexpr"):
+        k[1](_vec(), 8)
+
+
+def test_tile_view_of_a_runtime_shape() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        v = X.tile((n, 4), (0, 0))  # <-- tile-n
+
+    with expect(TraceError, "a tile shape must be known when compiling, but it contains a "
+                "runtime i32", "tile-n", hint="tk.constexpr"):
+        k[1](np.zeros((4, 4), np.float32), 8)
+
+
+def test_tile_shape_that_is_a_tile() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        v = X.tile(tk.arange(4), (0, 0))  # <-- tile-shape-tile
+
+    with expect(TraceError, "a tile shape must be a compile-time tuple of ints", "tile-shape-tile"):
+        k[1](np.zeros((4, 4), np.float32))
+
+
+def test_tile_shape_of_floats() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, S: tk.constexpr):
+        v = X.tile(S, (0, 0))  # <-- tile-shape-float
+
+    with expect(TraceError, "a tile shape must be non-negative ints, got (1.5, 2)",
+                "tile-shape-float"):
+        k[1](np.zeros((4, 4), np.float32), S=(1.5, 2))
+
+
+def test_tile_shape_of_the_wrong_rank() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        v = X.tile((4,), (0, 0))  # <-- tile-rank
+
+    with expect(TraceError, "`X` has rank 2, but the tile shape (4,) has rank 1", "tile-rank"):
+        k[1](np.zeros((4, 4), np.float32))
+
+
+def test_static_range_of_a_runtime_value() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        for i in tk.static_range(n):  # <-- static-range
+            pass
+
+    with expect(TraceError, "tk.static_range needs compile-time ints", "static-range",
+                hint="use tk.range"):
+        k[1](_vec(), 3)
+
+
+def test_static_assert() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, N: tk.constexpr):
+        tk.static_assert(N % 16 == 0, "N must be a multiple of 16")  # <-- static-assert
+
+    with expect(TraceError, "static assertion failed: N must be a multiple of 16",
+                "static-assert"):
+        k[1](_vec(), N=8)
+
+
+# --- tracing: shapes and types --------------------------------------------------------------
+
+
+def test_broadcast_failure() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.arange(4)
+        b = tk.arange(3)
+        c = a + b  # <-- broadcast
+
+    with expect(TraceError, "shapes (4,) and (3,) cannot be broadcast together in `+`",
+                "broadcast", hint="x[:, None]"):
+        k[1](_vec())
+
+
+def test_dot_inner_dimensions() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.zeros((4, 8))
+        b = tk.zeros((4, 8))
+        c = tk.dot(a, b)  # <-- dot
+
+    with expect(TraceError, "tk.dot inner dimensions differ: (4, 8) @ (4, 8)", "dot"):
+        k[1](_vec())
+
+
+def test_dot_accumulator_shape() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.zeros((4, 8))
+        c = tk.dot(a, a.T, tk.zeros((3, 3)))  # <-- dot-acc
+
+    with expect(TraceError, "tk.dot accumulator has shape (3, 3), expected (4, 4)", "dot-acc"):
+        k[1](_vec())
+
+
+def test_constant_that_does_not_fit_int8() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        x = tk.load(X, tk.arange(4))
+        y = x + 300  # <-- int8-300
+
+    with expect(TraceError, "the constant 300 does not fit in tk.int8", "int8-300",
+                hint="[-128, 127]"):
+        k[1](np.zeros(8, np.int8))
+
+
+def test_bitwise_op_on_floats() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        x = tk.load(X, tk.arange(4))
+        y = x & 1  # <-- float-and
+
+    with expect(TraceError, "`&` needs integer or bool operands, got tk.float32",
+                "float-and", hint=".bitcast()"):
+        k[1](_vec())
+
+
+def test_in_place_update_changes_shape() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.zeros((4,))
+        a += tk.zeros((2, 4))  # <-- iadd-shape
+
+    with expect(TraceError, "in-place update changes this tile from tile<4xf32> to "
+                "tile<2x4xf32>", "iadd-shape", hint="x = x + y"):
+        k[1](_vec())
+
+
+def test_string_dtype() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.arange(4).to("float32")  # <-- str-dtype
+
+    with expect(TraceError, "expected a tilekit dtype such as tk.float32, got 'float32'",
+                "str-dtype"):
+        k[1](_vec())
+
+
+def test_tensor_used_as_a_value() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        y = tk.exp(X)  # <-- tensor-value
+
+    with expect(TraceError, "tensor `X` used as a value", "tensor-value", hint="tk.load"):
+        k[1](_vec())
+
+
+def test_tensor_indexed_like_an_array() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        y = X[0]  # <-- tensor-index
+
+    with expect(TraceError, "tensor `X` cannot be indexed like an array", "tensor-index",
+                hint="tk.load(X, offsets)"):
+        k[1](_vec())
+
+
+def test_other_without_mask() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        v = tk.load(X, tk.arange(4), other=1.0)  # <-- other
+
+    with expect(TraceError, "tk.load got `other` without a `mask`", "other", hint="mask=..."):
+        k[1](_vec())
+
+
+def test_error_in_a_helper_names_the_helper_line() -> None:
+    def helper(t):
+        return t + tk.arange(3)  # <-- helper
+
+    @tk.kernel
+    def k(X: tk.Tensor):
+        y = helper(tk.arange(4))
+
+    with expect(TraceError, "cannot be broadcast together", "helper"):
+        k[1](_vec())
+
+
+# --- tracing: Python control flow on runtime values -----------------------------------------
+
+
+def test_python_if_on_a_runtime_tile() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        pid = tk.program_id(0)
+        if pid > 0:  # <-- if
+            tk.store(X, pid, 1.0)
+
+    with expect(TraceError, "a runtime tile value was used as a Python condition", "if",
+                hint="tk.where(cond, a, b)"):
+        k[1](_vec())
+    with pytest.raises(TraceError) as info:
+        k[1](_vec())
+    hints = "\n".join(info.value.hints)
+    assert "with tk.when(cond):" in hints
+
+
+def test_and_or_on_tiles() -> None:
+    @tk.kernel
+    def k_and(X: tk.Tensor):
+        a = tk.arange(4)
+        m = (a > 0) and (a < 3)  # <-- and
+
+    @tk.kernel
+    def k_or(X: tk.Tensor):
+        a = tk.arange(4)
+        m = (a > 0) or (a < 3)  # <-- or
+
+    with expect(TraceError, "used as a Python condition", "and", hint="`&`, `|` and `~`"):
+        k_and[1](_vec())
+    with expect(TraceError, "used as a Python condition", "or", hint="`&`, `|` and `~`"):
+        k_or[1](_vec())
+
+
+def test_int_of_a_tile() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        pid = tk.program_id(0)
+        n = int(pid)  # <-- int
+
+    with expect(TraceError, "int() needs a compile-time value, but this is a runtime i32", "int",
+                hint="tk.constexpr"):
+        k[1](_vec())
+
+
+def test_iterating_a_tile() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.arange(4)
+        for v in a:  # <-- iter
+            pass
+
+    with expect(TraceError, "cannot iterate over a tile while tracing", "iter",
+                hint="tk.static_range"):
+        k[1](_vec())
+
+
+def test_break_inside_tk_range() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        acc = tk.zeros((4,))
+        for i in tk.range(0, n):  # <-- break
+            acc = acc + 1
+            break
+
+    with expect(TraceError, "the `tk.range` loop starting here was left early", "break",
+                hint="tk.when(cond)"):
+        k[1](_vec(), 3)
+
+
+def test_value_computed_in_a_loop_used_after_it() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        for i in tk.range(0, n):  # <-- loop-escape-loop
+            t = tk.zeros((4,)) + i
+        tk.store(X, tk.arange(4), t)  # <-- loop-escape
+
+    with expect(TraceError, "`t` was computed inside a `tk.range` loop", "loop-escape",
+                hint="assign `t` before the loop"):
+        k[1](_vec(), 3)
+    with pytest.raises(TraceError, match=f"loop \\(line {line_of('loop-escape-loop')}\\)"):
+        k[1](_vec(), 3)
+
+
+def test_induction_variable_used_after_the_loop() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        for i in tk.range(0, n):
+            pass
+        tk.store(X, i, 1.0)  # <-- iv-escape
+
+    with expect(TraceError, "`i` was computed inside a `tk.range` loop", "iv-escape"):
+        k[1](_vec(), 3)
+
+
+def test_value_computed_in_when_used_after_it() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        with tk.when(n > 0):
+            t = tk.zeros((4,))
+        tk.store(X, tk.arange(4), t)  # <-- when-escape
+
+    with expect(TraceError, "`t` was computed inside a `tk.when` block", "when-escape",
+                hint="before the block"):
+        k[1](_vec(), 3)
+
+
+def test_python_number_carried_in_a_loop() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        s = 0.0
+        for i in tk.range(0, n):  # <-- py-number
+            s = s + i
+
+    with expect(TraceError, "`s` is the Python number 0.0 when the `tk.range` loop starts",
+                "py-number", hint="tk.full((), 0.0, tk.float32)"):
+        k[1](_vec(), 3)
+
+
+def test_loop_carried_value_changes_dtype() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        s = tk.zeros((4,), tk.int32)
+        for i in tk.range(0, n):  # <-- dtype-loop
+            s = s + 0.5  # <-- carried-dtype
+
+    with expect(TraceError, "`s` is tile<4xi32> before the `tk.range` loop", "carried-dtype",
+                hint=".to(...)"):
+        k[1](_vec(), 3)
+    with pytest.raises(TraceError, match=f"loop \\(line {line_of('dtype-loop')}\\) and "
+                       "tile<4xf32> inside it"):
+        k[1](_vec(), 3)
+
+
+def test_loop_carried_value_changes_shape() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        s = tk.zeros((), tk.float32)
+        for i in tk.range(0, n):
+            s = tk.zeros((4,))  # <-- carried-shape
+
+    with expect(TraceError, "`s` is f32 before the `tk.range` loop", "carried-shape"):
+        k[1](_vec(), 3)
+
+
+def test_when_value_changes_dtype() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        s = tk.zeros((4,), tk.int32)
+        with tk.when(n > 0):
+            s = s + 0.5  # <-- when-dtype
+
+    with expect(TraceError, "`s` is tile<4xi32> before the `tk.when` block", "when-dtype"):
+        k[1](_vec(), 3)
+
+
+def test_when_on_a_tile_condition() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.arange(4)
+        with tk.when(a > 0):  # <-- when-tile
+            pass
+
+    with expect(TraceError, "tk.when needs a scalar condition, got a tile of shape (4,)",
+                "when-tile", hint="tk.where(cond, a, b)"):
+        k[1](_vec())
+
+
+def test_when_on_an_int_condition() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        with tk.when(n):  # <-- when-int
+            pass
+
+    with expect(TraceError, "tk.when needs a bool condition, got tk.int32", "when-int",
+                hint="`n != 0`"):
+        k[1](_vec(), 3)
+
+
+def test_kernel_returning_a_value() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        pid = tk.program_id(0)
+        return pid * 2  # <-- return
+
+    with expect(TraceError, "kernel `k` returned a value", "return", hint="tk.store"):
+        k[1](_vec())
+
+
+# --- running: the interpreter's checks ------------------------------------------------------
+
+
+def test_out_of_bounds_load() -> None:
+    x = np.zeros(10, np.float32)
+    with expect(MemoryAccessError, "`load` out of bounds in program (2, 0, 0): element offset "
+                "10 is outside `X` of shape (10,) (at position (2,) of the tile)", "oob-load",
+                hint="mask the access"):
+        scale[3](x, np.zeros(12, np.float32), 2.0, N=4)
+    # The line named is the kernel's `tk.load`, not the launch.
+
+
+def test_out_of_bounds_store() -> None:
+    y = np.zeros(10, np.float32)
+    with expect(MemoryAccessError, "`store` out of bounds in program (2, 0, 0): element offset "
+                "10 is outside `Y` of shape (10,)", "oob-store"):
+        scale[3](np.zeros(12, np.float32), y, 2.0, N=4)
+    assert y.tolist() == [0.0] * 10  # nothing of the faulting store landed
+
+
+def test_out_of_bounds_between_rows_of_a_strided_view() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        rows = tk.arange(4)[:, None]
+        cols = tk.arange(3)[None, :]
+        v = tk.load(X, rows * X.stride(0) + cols)  # <-- oob-gap
+
+    base = np.zeros((4, 8), np.float32)
+    with expect(MemoryAccessError, "element offset 2 is outside `X` of shape (4, 2) (at "
+                "position (0, 2) of the tile)", "oob-gap"):
+        k[1](base[:, :2])
+
+
+def test_integer_division_by_zero() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, d):
+        q = tk.arange(4) // d  # <-- div0
+        tk.store(X, tk.arange(4), q)
+
+    with expect(ExecutionError, "integer division by zero in program (0, 0, 0)", "div0",
+                hint="tk.where(d != 0, d, 1)"):
+        k[1](_vec(), 0)
+
+
+def test_integer_modulo_by_zero() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, d):
+        tk.store(X, tk.arange(4), tk.arange(4) % (d - tk.program_id(0)))  # <-- mod0
+
+    with expect(ExecutionError, "integer modulo by zero in program (1, 0, 0)", "mod0"):
+        k[3](_vec(), 1)
+
+
+def test_runtime_zero_step() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, step):
+        for i in tk.range(0, 4, step):  # <-- zero-step
+            pass
+
+    with expect(ExecutionError, "loop step is 0 in program (0, 0, 0)", "zero-step"):
+        k[1](_vec(), 0)
+
+
+def test_failing_device_assert() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        v = tk.load(X, tk.arange(4))
+        tk.device_assert(v < 2.0, "values must be below 2")  # <-- device-assert
+
+    with expect(ExecutionError, "device assertion failed at element (2,): values must be below 2 "
+                "(program (0, 0, 0))", "device-assert"):
+        k[1](_vec())
+
+
+# --- messages without a caret: where the source is gone -----------------------------------
+
+
+def test_rendering_without_source_keeps_the_location() -> None:
+    err = TraceError("bad", tk.errors.SourceLoc("/nonexistent/k.py", 3, 4, 6), ["try again"])
+    assert str(err) == "/nonexistent/k.py:3:5: error: bad\nhint: try again"
