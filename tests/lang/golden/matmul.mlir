@@ -1,0 +1,20 @@
+kernel @matmul(%A: tensor<?x?xbf16, i32>, %B: tensor<?x?xbf16, i32>, %C: tensor<?x?xf32, i32>, %K: i32) [BM = 64, BN = 32, BK = 16] {
+  %0 = program_id {axis = 0} : i32
+  %1 = program_id {axis = 1} : i32
+  %2 = constant 0 : tile<64x32xf32>
+  %3 = constant 16 : i32
+  %4 = add %K, %3 : i32
+  %5 = constant 1 : i32
+  %6 = sub %4, %5 : i32
+  %7 = constant 16 : i32
+  %8 = floordiv %6, %7 : i32
+  %9 = constant 0 : i32
+  %10 = constant 1 : i32
+  %11 = for %12 = %9 to %8 step %10 iter_args(%13 = %2) -> (tile<64x32xf32>) {
+    %14 = tile_load %A, %0, %12 {shape = (64, 16), padding = 0} : tile<64x16xbf16>
+    %15 = tile_load %B, %12, %1 {shape = (16, 32), padding = 0} : tile<16x32xbf16>
+    %16 = dot %14, %15, %13 : tile<64x32xf32>
+    yield %16
+  }
+  tile_store %C, %0, %1, %11 {shape = (64, 32)}
+}
