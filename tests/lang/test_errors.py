@@ -7,6 +7,9 @@ message, every case checks the rendered text: ``file:line:col: error: ...``,
 then the user's source line, then a caret under the reported column.
 """
 
+# Kernels here compute values they never use, on purpose (the error comes first).
+# ruff: noqa: F841, B007
+
 from __future__ import annotations
 
 import os
