@@ -24,14 +24,28 @@ class OutOfBounds(IndexError):
     """An access outside a tensor; the interpreter adds the op, line and program id."""
 
     def __init__(self, tensor: str, offset: int, shape: tuple[int, ...],
-                 index: tuple[int, ...] | None, position: tuple[int, ...]) -> None:
+                 index: tuple[int, ...] | None, position: tuple[int, ...],
+                 strides: tuple[int, ...] | None = None) -> None:
         self.tensor = tensor
         self.offset = offset
         self.shape = shape
         self.index = index
         self.position = position
         where = f" (index {index})" if index is not None else ""
-        super().__init__(f"element offset {offset}{where} is outside `{tensor}` of shape {shape}")
+        # Strides explain why an offset below the element count can still be outside
+        # (a column slice); shown only when they are not the row-major ones.
+        strided = f" and strides {strides}" if strides is not None and \
+            strides != _row_major(shape) else ""
+        super().__init__(f"element offset {offset}{where} is outside `{tensor}` of shape "
+                         f"{shape}{strided}")
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
 
 
 class TensorBinding:
@@ -104,7 +118,8 @@ class TensorBinding:
         if np.any(bad):
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             off = int(offs[where]) if offs.ndim else int(offs)
-            raise OutOfBounds(self.name, off, self.shape, self._index_of(off), where)
+            raise OutOfBounds(self.name, off, self.shape, self._index_of(off), where,
+                              self.strides)
         return pos
 
     def gather(self, offsets: np.ndarray, mask: np.ndarray | None,
