@@ -684,8 +684,8 @@ def test_out_of_bounds_between_rows_of_a_strided_view() -> None:
         v = tk.load(X, rows * X.stride(0) + cols)  # <-- oob-gap
 
     base = np.zeros((4, 8), np.float32)
-    with expect(MemoryAccessError, "element offset 2 is outside `X` of shape (4, 2) (at "
-                "position (0, 2) of the tile)", "oob-gap"):
+    with expect(MemoryAccessError, "element offset 2 is outside `X` of shape (4, 2) and strides "
+                "(8, 1) (at position (0, 2) of the tile)", "oob-gap"):
         k[1](base[:, :2])
 
 
