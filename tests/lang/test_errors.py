@@ -393,6 +393,35 @@ def test_constant_that_does_not_fit_int8() -> None:
         k[1](np.zeros(8, np.int8))
 
 
+def test_fractional_constant_for_an_integer_tile() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        y = tk.full((4,), 2.7, tk.int32)  # <-- frac
+
+    with expect(TraceError, "the constant 2.7 is not an integer, so it cannot be a tk.int32",
+                "frac"):
+        k[1](np.zeros(8, np.int32))
+
+
+def test_constant_too_large_for_full() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        y = tk.full((4,), 1e10, tk.int32)  # <-- big-full
+
+    with expect(TraceError, "does not fit in tk.int32", "big-full"):
+        k[1](np.zeros(8, np.int32))
+
+
+def test_tensor_method_on_a_scalar_parameter() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, n):
+        t = n.tile((4,), 0)  # <-- scalar-tile
+
+    with expect(TraceError, "a runtime scalar has no attribute `tile`", "scalar-tile",
+                hint="tensors are kernel parameters passed an array"):
+        k[1](np.zeros(8, np.int32), 3)
+
+
 def test_bitwise_op_on_floats() -> None:
     @tk.kernel
     def k(X: tk.Tensor):
@@ -475,7 +504,7 @@ def test_python_if_on_a_runtime_tile() -> None:
         if pid > 0:  # <-- if
             tk.store(X, pid, 1.0)
 
-    with expect(TraceError, "a runtime tile value was used as a Python condition", "if",
+    with expect(TraceError, "a runtime scalar value was used as a Python condition", "if",
                 hint="tk.where(cond, a, b)"):
         k[1](_vec())
     with pytest.raises(TraceError) as info:
@@ -662,7 +691,7 @@ def test_kernel_returning_a_value() -> None:
 def test_out_of_bounds_load() -> None:
     x = np.zeros(10, np.float32)
     with expect(MemoryAccessError, "`load` out of bounds in program (2, 0, 0): element offset "
-                "10 is outside `X` of shape (10,) (at position (2,) of the tile)", "oob-load",
+                "10 (index (10,)) is outside `X` of shape (10,) (at position (2,) of the tile)", "oob-load",
                 hint="mask the access"):
         scale[3](x, np.zeros(12, np.float32), 2.0, N=4)
     # The line named is the kernel's `tk.load`, not the launch.
@@ -671,7 +700,7 @@ def test_out_of_bounds_load() -> None:
 def test_out_of_bounds_store() -> None:
     y = np.zeros(10, np.float32)
     with expect(MemoryAccessError, "`store` out of bounds in program (2, 0, 0): element offset "
-                "10 is outside `Y` of shape (10,)", "oob-store"):
+                "10 (index (10,)) is outside `Y` of shape (10,)", "oob-store"):
         scale[3](np.zeros(12, np.float32), y, 2.0, N=4)
     assert y.tolist() == [0.0] * 10  # nothing of the faulting store landed
 
@@ -684,8 +713,8 @@ def test_out_of_bounds_between_rows_of_a_strided_view() -> None:
         v = tk.load(X, rows * X.stride(0) + cols)  # <-- oob-gap
 
     base = np.zeros((4, 8), np.float32)
-    with expect(MemoryAccessError, "element offset 2 is outside `X` of shape (4, 2) and strides "
-                "(8, 1) (at position (0, 2) of the tile)", "oob-gap"):
+    with expect(MemoryAccessError, "element offset 2 (index (0, 2)) is outside `X` of shape (4, 2) "
+                "and strides (8, 1) (at position (0, 2) of the tile)", "oob-gap"):
         k[1](base[:, :2])
 
 

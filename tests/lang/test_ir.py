@@ -186,7 +186,7 @@ def test_verifier_reports_every_problem_at_once() -> None:
         (7, "the body of `for` must end with `yield`"),
         (7, "region does not end with a terminator"),
         (10, "`yield` must be the last op of its block"),
-        (13, "add: missing operand 'rhs'"),
+        (13, "`add`: missing operand 'rhs'"),
     ]
     for line, message in expected:
         assert any(ln == line and message in m for ln, m in found), (line, message, found)

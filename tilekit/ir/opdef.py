@@ -107,7 +107,7 @@ class OpDef:
         for spec in self.operands:
             if spec.arity is Arity.ONE:
                 if i >= len(slots) or slots[i] != spec.name:
-                    raise OpTypeError(f"{self.name}: missing operand {spec.name!r}")
+                    raise OpTypeError(f"missing operand {spec.name!r}")
                 i += 1
             elif spec.arity is Arity.OPTIONAL:
                 if i < len(slots) and slots[i] == spec.name:
@@ -116,7 +116,7 @@ class OpDef:
                 while i < len(slots) and slots[i] == spec.name:
                     i += 1
         if i != len(slots):
-            raise OpTypeError(f"{self.name}: unexpected operand {slots[i]!r}")
+            raise OpTypeError(f"unexpected operand {slots[i]!r}")
 
 
 REGISTRY: dict[str, OpDef] = {}

@@ -24,12 +24,17 @@ from typing import Any
 from tilekit.errors import LaunchError, SourceLoc, TraceError, user_loc
 from tilekit.ir.core import Module
 from tilekit.ir.dtypes import DType
+from tilekit.ir.cleanup import CSE, HOIST
 from tilekit.ir.passes import DCE, PassManager, dump, should_dump
 from tilekit.ir.types import TensorType, TileType
 from tilekit.ir.verifier import verify
 from tilekit.lang import control, tracer
 from tilekit.lang.tensor import TensorArg
 from tilekit.lang.tile import Tile
+
+
+# The pipeline every kernel runs before a backend sees it.
+DEFAULT_PASSES = (CSE, HOIST, DCE)
 
 
 class constexpr:  # noqa: N801  (used as an annotation: `BLOCK: tk.constexpr`)
@@ -112,7 +117,7 @@ class KernelFunction:
         code = fn.__code__
         self.loc = SourceLoc(code.co_filename, code.co_firstlineno)
         self.params: tuple[Param, ...] = tuple(self._params())
-        self.passes = passes or PassManager([DCE])
+        self.passes = passes or PassManager(DEFAULT_PASSES)
         self._cache: dict[Specialization, Module] = {}
 
     def _params(self) -> list[Param]:

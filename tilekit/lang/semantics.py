@@ -51,12 +51,21 @@ def is_scalar_literal(x: Any) -> bool:
 
 
 def _check_fits(value: Scalar, dtype: DType) -> None:
-    if dtype.is_float or isinstance(value, bool):
+    """A literal must be exactly representable in an integer type (floats may round)."""
+    if dtype.is_float or isinstance(value, (bool, np.bool_)):
         return
-    if isinstance(value, float):
+    if dtype.is_bool:
+        if value not in (0, 1):
+            raise TraceError(f"the constant {value} is not a bool", user_loc(),
+                             hints=["use True/False, or compare explicitly (x != 0)"])
         return
-    info = np.iinfo(dtype.np) if not dtype.is_bool else None
-    if info is not None and not info.min <= value <= info.max:
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise TraceError(f"the constant {value} is not an integer, so it cannot be a {dtype}",
+                         user_loc(), hints=["cast the tile to a float type first, or write an "
+                                            "integer constant"])
+    info = np.iinfo(dtype.np)
+    if not info.min <= value <= info.max:
         raise TraceError(f"the constant {value} does not fit in {dtype}", user_loc(),
                          hints=[f"cast the tile first, e.g. x.to(tk.int64), or use a constant "
                                 f"in [{info.min}, {info.max}]"])

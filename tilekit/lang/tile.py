@@ -105,11 +105,22 @@ class Tile:
 
     __hash__ = object.__hash__
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes a Tile does not have (e.g. `n.tile(...)` on a scalar).
+        if name.startswith("__"):
+            raise AttributeError(name)
+        what = "runtime scalar" if isinstance(self._value, Value) and \
+            self.value.tile_type.is_scalar else "tile"
+        hint = ("tensors are kernel parameters passed an array; this is a " + what
+                if name in ("tile", "stride", "strides", "ndim") else
+                "see the README's language table for what tiles support")
+        raise TraceError(f"a {what} has no attribute `{name}`", user_loc(), hints=[hint])
+
     # --- things that need a runtime value at trace time ----------------------------------------
 
     def __bool__(self) -> bool:
         raise TraceError(
-            "a runtime tile value was used as a Python condition (`if`, `while`, `and`, `or`, "
+            f"a runtime {'scalar' if self.ndim == 0 else 'tile'} value was used as a Python condition (`if`, `while`, `and`, `or`, "
             "`not` or `assert`)", user_loc(),
             hints=["for values: tk.where(cond, a, b)",
                    "for effects: `with tk.when(cond):` (cond a scalar)",

@@ -89,7 +89,12 @@ class TensorBinding:
         return self._valid
 
     def _index_of(self, offset: int) -> tuple[int, ...] | None:
-        """The tensor index at an element offset, when there is one (for messages)."""
+        """The tensor index an element offset would address, for messages.
+
+        Decomposed along the strides from the largest down, so an offset past the
+        end reads as e.g. index (1000, 3) of a (1000, 37) tensor: the row that is
+        one too far. None when the offset is not on the view's grid at all.
+        """
         if not self.shape or any(n == 0 for n in self.shape):
             return None
         order = sorted(range(len(self.shape)), key=lambda d: -abs(self.strides[d]))
@@ -101,9 +106,7 @@ class TensorBinding:
                 continue
             idx[d] = rest // st
             rest -= idx[d] * st
-        if rest == 0 and all(0 <= i < n for i, n in zip(idx, self.shape)):
-            return tuple(idx)
-        return None
+        return tuple(idx) if rest == 0 else None
 
     def _check(self, offsets: np.ndarray, active: np.ndarray | None) -> np.ndarray:
         """Positions in the flat buffer for the active offsets; raises on a bad one."""

@@ -6,15 +6,13 @@ kernel @matmul(%A: tensor<?x?xbf16, i32>, %B: tensor<?x?xbf16, i32>, %C: tensor<
   %4 = add %K, %3 : i32
   %5 = constant 1 : i32
   %6 = sub %4, %5 : i32
-  %7 = constant 16 : i32
-  %8 = floordiv %6, %7 : i32
-  %9 = constant 0 : i32
-  %10 = constant 1 : i32
-  %11 = for %12 = %9 to %8 step %10 iter_args(%13 = %2) -> (tile<64x32xf32>) {
-    %14 = tile_load %A, %0, %12 {shape = (64, 16), padding = 0} : tile<64x16xbf16>
-    %15 = tile_load %B, %12, %1 {shape = (16, 32), padding = 0} : tile<16x32xbf16>
-    %16 = dot %14, %15, %13 : tile<64x32xf32>
-    yield %16
+  %7 = floordiv %6, %3 : i32
+  %8 = constant 0 : i32
+  %9 = for %10 = %8 to %7 step %5 iter_args(%11 = %2) -> (tile<64x32xf32>) {
+    %12 = tile_load %A, %0, %10 {shape = (64, 16), padding = 0} : tile<64x16xbf16>
+    %13 = tile_load %B, %10, %1 {shape = (16, 32), padding = 0} : tile<16x32xbf16>
+    %14 = dot %12, %13, %11 : tile<64x32xf32>
+    yield %14
   }
-  tile_store %C, %0, %1, %11 {shape = (64, 32)}
+  tile_store %C, %0, %1, %9 {shape = (64, 32)}
 }

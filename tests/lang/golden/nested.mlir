@@ -3,27 +3,24 @@ kernel @nested(%X: tensor<?x?xf32, i32>, %Out: tensor<?xf32, i32>, %M: i32, %N: 
   %1 = constant 0 : tile<32xf32>
   %2 = constant 0 : i32
   %3 = constant 1 : i32
-  %4 = for %5 = %2 to %M step %3 iter_args(%6 = %1) -> (tile<32xf32>) {
-    %7 = constant 0 : tile<32xf32>
-    %8 = constant 0 : i32
-    %9 = constant 32 : i32
-    %10 = for %11 = %8 to %N step %9 iter_args(%12 = %7) -> (tile<32xf32>) {
-      %13 = arange {start = 0, end = 32} : tile<32xi32>
-      %14 = broadcast %11 {shape = (32,)} : tile<32xi32>
-      %15 = add %14, %13 : tile<32xi32>
-      %16 = mul %5, %0 : i32
-      %17 = broadcast %16 {shape = (32,)} : tile<32xi32>
-      %18 = add %17, %15 : tile<32xi32>
-      %19 = broadcast %N {shape = (32,)} : tile<32xi32>
-      %20 = lt %15, %19 : tile<32xi1>
-      %21 = load %X, %18, mask=%20 : tile<32xf32>
-      %22 = add %12, %21 : tile<32xf32>
-      yield %22
+  %4 = constant 32 : i32
+  %5 = arange {start = 0, end = 32} : tile<32xi32>
+  %6 = broadcast %N {shape = (32,)} : tile<32xi32>
+  %7 = for %8 = %2 to %M step %3 iter_args(%9 = %1) -> (tile<32xf32>) {
+    %10 = mul %8, %0 : i32
+    %11 = broadcast %10 {shape = (32,)} : tile<32xi32>
+    %12 = for %13 = %2 to %N step %4 iter_args(%14 = %1) -> (tile<32xf32>) {
+      %15 = broadcast %13 {shape = (32,)} : tile<32xi32>
+      %16 = add %15, %5 : tile<32xi32>
+      %17 = add %11, %16 : tile<32xi32>
+      %18 = lt %16, %6 : tile<32xi1>
+      %19 = load %X, %17, mask=%18 : tile<32xf32>
+      %20 = add %14, %19 : tile<32xf32>
+      yield %20
     }
-    %23 = mul %10, %10 : tile<32xf32>
-    %24 = add %6, %23 : tile<32xf32>
-    yield %24
+    %21 = mul %12, %12 : tile<32xf32>
+    %22 = add %9, %21 : tile<32xf32>
+    yield %22
   }
-  %25 = constant 0 : i32
-  tile_store %Out, %25, %4 {shape = (32,)}
+  tile_store %Out, %2, %7 {shape = (32,)}
 }

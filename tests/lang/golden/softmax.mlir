@@ -11,6 +11,5 @@ kernel @softmax(%X: tensor<?x?xf32, i32>, %Y: tensor<?x?xf32, i32>) [N = 4097] {
   %9 = expand_dims %8 {axis = 1} : tile<1x1xf32>
   %10 = broadcast %9 {shape = (1, 4097)} : tile<1x4097xf32>
   %11 = div %7, %10 : tile<1x4097xf32>
-  %12 = constant 0 : i32
-  tile_store %Y, %0, %12, %11 {shape = (1, 4097)}
+  tile_store %Y, %0, %1, %11 {shape = (1, 4097)}
 }

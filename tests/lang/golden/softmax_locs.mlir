@@ -11,6 +11,5 @@ kernel @softmax(%X: tensor<?x?xf32, i32>, %Y: tensor<?x?xf32, i32>) [N = 4097] {
   %9 = expand_dims %8 {axis = 1} : tile<1x1xf32>  loc(kernels.py:85:13)
   %10 = broadcast %9 {shape = (1, 4097)} : tile<1x4097xf32>  loc(kernels.py:85:9)
   %11 = div %7, %10 : tile<1x4097xf32>  loc(kernels.py:85:9)
-  %12 = constant 0 : i32  loc(kernels.py:86:5)
-  tile_store %Y, %0, %12, %11 {shape = (1, 4097)}  loc(kernels.py:86:5)
+  tile_store %Y, %0, %1, %11 {shape = (1, 4097)}  loc(kernels.py:86:5)
 }
