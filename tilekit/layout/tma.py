@@ -1,0 +1,854 @@
+"""TMA admissibility: can ``cuTensorMapEncodeTiled`` describe this tensor and box, and how?
+
+The rules are the CUDA Driver API's requirements for ``cuTensorMapEncodeTiled``
+(Tensor Map Object Management), checked all at once so a refusal lists every
+reason. An admissible request yields :class:`TmaDescriptorParams`: the driver's
+arguments in the driver's order (dimension 0 innermost), ready to be passed
+verbatim. An inadmissible one gets ranked :func:`tma_alternatives`.
+
+Orders. tilekit writes shapes, strides, boxes and element strides **outermost
+first** (numpy's order, ``shape[-1]`` is the contiguous dimension); the driver
+takes them **innermost first**. :func:`driver_order` converts; only
+:class:`TmaDescriptorParams` holds driver-ordered tuples.
+
+What is preserved: an admissible verdict's parameters describe exactly the
+requested elements (no dimension is merged, dropped or permuted). Alternatives
+that change the view (FACTORIZE) say how to map the loaded tile back.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from itertools import product
+
+import numpy as np
+
+from tilekit.errors import LayoutError
+from tilekit.layout.admissibility import (
+    Alternative,
+    AlternativeKind,
+    Cost,
+    Rule,
+    Verdict,
+    Violation,
+    ceil_div,
+    pow2_alignment,
+    rank_alternatives,
+    xor_swizzle,
+)
+
+MAX_RANK = 5
+MIN_INTERLEAVED_RANK = 3
+MAX_GLOBAL_DIM = 1 << 32
+GLOBAL_STRIDE_LIMIT = 1 << 40  # strides must be strictly below
+MAX_BOX_DIM = 256
+MAX_ELEMENT_STRIDE = 8
+#: Largest box the driver encodes. Not in the Driver API documentation; measured on an
+#: H100 with driver 580.159 (CUDA 13.0): 233,472 bytes (228 KiB, one SM's shared memory)
+#: accepted, 234,496 rejected. The driver counts prod(floor(boxDim / elementStrides));
+#: tilekit counts the elements TMA really lands, prod(ceil(...)), which is stricter.
+MAX_BOX_BYTES = 228 * 1024
+TMA_MIN_ARCH = 90  # compute capability 9.0, written as major * 10 + minor
+ATOM_SWIZZLE_MIN_ARCH = 100
+CP_ASYNC_MIN_ARCH = 80
+#: A freshly allocated buffer (cudaMalloc) is at least this aligned.
+FRESH_ALLOCATION_ALIGN = 256
+WARP = 32
+
+
+class TmaDataType(enum.Enum):
+    """``CUtensorMapDataType``: (driver enumerator, element bytes or None if packed, float?)."""
+
+    UINT8 = (0, 1, False)
+    UINT16 = (1, 2, False)
+    UINT32 = (2, 4, False)
+    INT32 = (3, 4, False)
+    UINT64 = (4, 8, False)
+    INT64 = (5, 8, False)
+    FLOAT16 = (6, 2, True)
+    FLOAT32 = (7, 4, True)
+    FLOAT64 = (8, 8, True)
+    BFLOAT16 = (9, 2, True)
+    FLOAT32_FTZ = (10, 4, True)
+    TFLOAT32 = (11, 4, True)
+    TFLOAT32_FTZ = (12, 4, True)
+    U4X16_ALIGN8B = (13, None, False)  # packed sub-byte types: not modelled
+    U4X16_ALIGN16B = (14, None, False)
+    U6X16_ALIGN16B = (15, None, False)
+
+    def __init__(self, code: int, elem_bytes: int | None, is_float: bool) -> None:
+        self.code = code
+        self.elem_bytes = elem_bytes
+        self.is_float = is_float
+
+    @staticmethod
+    def raw(elem_bytes: int) -> TmaDataType | None:
+        """The unsigned type of a width: TMA moves bits, so it is exact for any payload."""
+        return {1: TmaDataType.UINT8, 2: TmaDataType.UINT16, 4: TmaDataType.UINT32,
+                8: TmaDataType.UINT64}.get(elem_bytes)
+
+
+class Interleave(enum.Enum):
+    """``CUtensorMapInterleave``."""
+
+    NONE = 0
+    B16 = 1
+    B32 = 2
+
+
+class Swizzle(enum.Enum):
+    """``CUtensorMapSwizzle`` (driver enumerator, span bytes); ``B128_ATOM_*`` are Blackwell's."""
+
+    NONE = (0, None)
+    B32 = (1, 32)
+    B64 = (2, 64)
+    B128 = (3, 128)
+    B128_ATOM_32B = (4, 128)
+    B128_ATOM_32B_FLIP_8B = (5, 128)
+    B128_ATOM_64B = (6, 128)
+
+    def __init__(self, code: int, span_bytes: int | None) -> None:
+        self.code = code
+        #: The widest inner box row the mode accepts (None: no limit).
+        self.span_bytes = span_bytes
+
+    @property
+    def is_atom_variant(self) -> bool:
+        return self.code >= 4
+
+
+class L2Promotion(enum.Enum):
+    """``CUtensorMapL2promotion``."""
+
+    NONE = 0
+    L2_64B = 1
+    L2_128B = 2
+    L2_256B = 3
+
+
+class OobFill(enum.Enum):
+    """``CUtensorMapFloatOOBfill``: ZERO is the driver's ``..._FILL_NONE`` (zeros are written)."""
+
+    ZERO = 0
+    NAN_REQUEST_ZERO_FMA = 1
+
+
+def driver_order(outermost_first: Sequence[int]) -> tuple[int, ...]:
+    """Outermost-first (numpy) order to the driver's innermost-first order, and back."""
+    return tuple(reversed(tuple(outermost_first)))
+
+
+@dataclass(frozen=True)
+class GlobalTensor:
+    """A global-memory tensor as TMA sees it. Shapes and strides are outermost first.
+
+    ``strides`` are in elements (numpy's byte strides divided by ``elem_bytes``).
+    ``base_align`` is the base address or any witness of its alignment: it is
+    normalized to the largest power of two dividing it.
+    """
+
+    elem_bytes: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    base_align: int
+    data_type: TmaDataType | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "strides", tuple(int(s) for s in self.strides))
+        if len(self.shape) != len(self.strides):
+            raise LayoutError(
+                f"tensor {self.label} has {len(self.shape)} dimensions but "
+                f"{len(self.strides)} strides"
+            )
+        if self.elem_bytes < 1:
+            raise LayoutError(f"tensor {self.label}: element size must be positive")
+        object.__setattr__(self, "base_align", pow2_alignment(int(self.base_align)))
+
+    @property
+    def label(self) -> str:
+        return self.name or "<tensor>"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def byte_strides(self) -> tuple[int, ...]:
+        return tuple(s * self.elem_bytes for s in self.strides)
+
+    @staticmethod
+    def contiguous(
+        elem_bytes: int,
+        shape: Sequence[int],
+        base_align: int = FRESH_ALLOCATION_ALIGN,
+        data_type: TmaDataType | None = None,
+        name: str | None = None,
+    ) -> GlobalTensor:
+        """A row-major (C-order) tensor with no padding."""
+        strides = [1] * len(shape)
+        for d in range(len(shape) - 2, -1, -1):
+            strides[d] = strides[d + 1] * shape[d + 1]
+        return GlobalTensor(elem_bytes, tuple(shape), tuple(strides), base_align, data_type, name)
+
+
+@dataclass(frozen=True)
+class TmaRequest:
+    """What a producer wants TMA to move per tile. Box and element strides outermost first.
+
+    ``box`` is the driver's ``boxDim``: elements traversed per dimension; with
+    an element stride ``e`` TMA loads ``ceil(box / e)`` of them.
+    """
+
+    tensor: GlobalTensor
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...] = ()  # empty: all ones
+    interleave: Interleave = Interleave.NONE
+    swizzle: Swizzle = Swizzle.NONE
+    l2_promotion: L2Promotion = L2Promotion.NONE
+    oob_fill: OobFill = OobFill.ZERO
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "box", tuple(int(b) for b in self.box))
+        es = tuple(int(e) for e in self.element_strides) or (1,) * len(self.box)
+        object.__setattr__(self, "element_strides", es)
+        if len(self.box) != self.tensor.rank:
+            raise LayoutError(
+                f"box {self.box} has {len(self.box)} dimensions, tensor "
+                f"{self.tensor.label} has {self.tensor.rank}"
+            )
+        if len(self.element_strides) != self.tensor.rank:
+            raise LayoutError(
+                f"element strides {self.element_strides} do not match rank {self.tensor.rank}"
+            )
+
+    @property
+    def loaded_box(self) -> tuple[int, ...]:
+        """Elements actually landing in shared memory per dimension, outermost first."""
+        return tuple(
+            ceil_div(b, max(e, 1)) for b, e in zip(self.box, self.element_strides, strict=True)
+        )
+
+    def tile_bytes(self) -> int:
+        return math.prod(self.loaded_box) * self.tensor.elem_bytes
+
+    def tiles(self) -> int:
+        """Tiles covering the tensor, edges charged as whole tiles."""
+        pairs = zip(self.tensor.shape, self.box, strict=True)
+        return math.prod(ceil_div(s, max(b, 1)) for s, b in pairs)
+
+
+#: (tensorDataType, tensorRank, globalDim, globalStrides, boxDim, elementStrides,
+#:  interleave, swizzle, l2Promotion, oobFill) as the driver takes them.
+DriverArgs = tuple[
+    int, int, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int, int, int
+]
+
+
+@dataclass(frozen=True)
+class TmaDescriptorParams:
+    """The exact ``cuTensorMapEncodeTiled`` arguments (after tensorMap and globalAddress).
+
+    Every tuple is in the driver's order: index 0 is the innermost dimension;
+    ``global_strides`` are bytes for dimensions 1..rank-1 (dimension 0 implicit).
+    """
+
+    data_type: TmaDataType
+    rank: int
+    global_dim: tuple[int, ...]
+    global_strides: tuple[int, ...]
+    box_dim: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: Interleave
+    swizzle: Swizzle
+    l2_promotion: L2Promotion
+    oob_fill: OobFill
+
+    def driver_args(self) -> DriverArgs:
+        """Positional arguments 2, 3 and 5..12 of the driver call, enums as integers."""
+        return (
+            self.data_type.code, self.rank, self.global_dim, self.global_strides, self.box_dim,
+            self.element_strides, self.interleave.value, self.swizzle.code,
+            self.l2_promotion.value, self.oob_fill.value,
+        )
+
+    @property
+    def shared_alignment(self) -> int:
+        """Required shared-memory alignment of the destination (CUDA Programming Guide)."""
+        return 128
+
+    @property
+    def swizzle_repeat_bytes(self) -> int | None:
+        """Bytes after which the swizzle pattern repeats (8 rows of the span)."""
+        span = self.swizzle.span_bytes
+        return None if span is None else 8 * span
+
+    def shared_offsets(self, destination: int) -> np.ndarray:
+        """Byte offset from ``destination`` of every box element TMA writes, outermost first.
+
+        Rows (the inner dimension's runs) are ``max(inner box bytes, span)`` apart and
+        the swizzle XORs absolute address bits, so a destination off the swizzle repeat
+        shifts the pattern. Measured on an H100 for rank-2 boxes, all four classic
+        swizzles, inner rows of 16..128 bytes and destinations at four 128-byte phases;
+        element strides and atom swizzles were not measured. Interleaved boxes are not
+        modelled.
+        """
+        if self.interleave is not Interleave.NONE or self.swizzle.is_atom_variant:
+            raise LayoutError(f"shared layout of {self.interleave.name}/{self.swizzle.name} "
+                              "boxes is not modelled")
+        elem = self.data_type.elem_bytes
+        assert elem is not None
+        pairs = zip(self.box_dim, self.element_strides, strict=True)
+        loaded = [ceil_div(b, max(e, 1)) for b, e in pairs]
+        loaded[0] = self.box_dim[0]  # the inner element stride is ignored without interleave
+        span = self.swizzle.span_bytes or 0
+        pitch = max(loaded[0] * elem, span)
+        rows = np.arange(math.prod(loaded[1:]), dtype=np.int64)[:, None]
+        cols = np.arange(loaded[0], dtype=np.int64)[None, :]
+        linear = destination + rows * pitch + cols * elem
+        chunks = span // 16 if span else 1
+        swizzled = np.asarray(xor_swizzle(linear, chunks)) - destination
+        return swizzled.reshape(tuple(reversed(loaded)))
+
+
+def tma_admissibility(request: TmaRequest, *, arch: int) -> Verdict[TmaDescriptorParams]:
+    """Every ``cuTensorMapEncodeTiled`` requirement the request breaks, or its arguments.
+
+    ``arch`` is the compute capability as ``major * 10 + minor`` (90 for H100).
+    """
+    t = request.tensor
+    es = request.element_strides
+    out: list[Violation] = []
+
+    def bad(rule: Rule, fld: str, value: object, limit: object, message: str) -> None:
+        out.append(Violation(rule, fld, value, limit, message))
+
+    if arch < TMA_MIN_ARCH:
+        bad(Rule.TMA_ARCH, "arch", arch, TMA_MIN_ARCH,
+            f"tensor maps need compute capability 9.0 or newer, target is {arch // 10}.{arch % 10}")
+
+    data_type = t.data_type if t.data_type is not None else TmaDataType.raw(t.elem_bytes)
+    if data_type is None:
+        bad(Rule.TMA_DTYPE, "elem_bytes", t.elem_bytes, (1, 2, 4, 8),
+            f"{t.elem_bytes}-byte elements have no tensor-map data type")
+    elif data_type.elem_bytes is None:
+        bad(Rule.TMA_DTYPE, "data_type", data_type, "byte-sized types",
+            f"packed sub-byte type {data_type.name} is not modelled by tilekit")
+    elif data_type.elem_bytes != t.elem_bytes:
+        bad(Rule.TMA_DTYPE, "data_type", data_type, t.elem_bytes,
+            f"{data_type.name} is {data_type.elem_bytes} bytes but {t.label} has "
+            f"{t.elem_bytes}-byte elements")
+
+    rank = t.rank
+    if not 1 <= rank <= MAX_RANK:
+        bad(Rule.TMA_RANK, "tensorRank", rank, MAX_RANK,
+            f"rank {rank} is outside 1..{MAX_RANK}")
+    if request.interleave is not Interleave.NONE and rank < MIN_INTERLEAVED_RANK:
+        bad(Rule.TMA_RANK, "tensorRank", rank, MIN_INTERLEAVED_RANK,
+            f"interleave {request.interleave.name} needs rank >= {MIN_INTERLEAVED_RANK}, "
+            f"got {rank}")
+
+    if rank >= 1 and t.shape[-1] != 1 and t.strides[-1] != 1:
+        bad(Rule.TMA_INNER_NOT_CONTIGUOUS, "strides[-1]", t.strides[-1], 1,
+            f"the innermost dimension of {t.label} has stride {t.strides[-1]} elements; TMA's "
+            "dimension 0 has no stride field and is always contiguous, so a strided innermost "
+            "dimension is not encodable as dimension 0")
+
+    unit = 32 if request.interleave is Interleave.B32 else 16
+    if t.base_align < unit:
+        bad(Rule.TMA_GLOBAL_ADDRESS_ALIGN, "globalAddress", t.base_align, unit,
+            f"base address of {t.label} is only {t.base_align}-byte aligned, needs {unit}")
+
+    for i, extent in enumerate(driver_order(t.shape)):
+        if not 1 <= extent <= MAX_GLOBAL_DIM:
+            bad(Rule.TMA_GLOBAL_DIM, f"globalDim[{i}]", extent, MAX_GLOBAL_DIM,
+                f"globalDim[{i}] = {extent} is outside 1..2^32")
+
+    for i, stride in enumerate(driver_order(t.byte_strides())[1:], start=0):
+        if not 0 <= stride < GLOBAL_STRIDE_LIMIT:
+            bad(Rule.TMA_GLOBAL_STRIDE_RANGE, f"globalStrides[{i}]", stride, GLOBAL_STRIDE_LIMIT,
+                f"globalStrides[{i}] = {stride} bytes is outside 0..2^40-1")
+        if stride % unit:
+            bad(Rule.TMA_GLOBAL_STRIDE_ALIGN, f"globalStrides[{i}]", stride, unit,
+                f"global stride {stride} bytes (globalStrides[{i}]) is not a multiple of {unit}")
+
+    for i, b in enumerate(driver_order(request.box)):
+        if not 1 <= b <= MAX_BOX_DIM:
+            bad(Rule.TMA_BOX_DIM, f"boxDim[{i}]", b, MAX_BOX_DIM,
+                f"boxDim[{i}] = {b} is outside 1..{MAX_BOX_DIM}")
+
+    inner_bytes = request.box[-1] * t.elem_bytes if rank >= 1 else 0
+    # The Driver API states this for INTERLEAVE_NONE only; driver 580 rejects it for every
+    # interleave mode (measured), so it is checked for all of them.
+    if rank >= 1 and inner_bytes % 16:
+        bad(Rule.TMA_BOX_INNER_BYTES, "boxDim[0]", inner_bytes, 16,
+            f"inner box row is {inner_bytes} bytes, not a multiple of 16")
+    box_bytes = request.tile_bytes()
+    if box_bytes > MAX_BOX_BYTES:
+        bad(Rule.TMA_BOX_BYTES, "boxDim", box_bytes, MAX_BOX_BYTES,
+            f"the box loads {box_bytes} bytes, more than the {MAX_BOX_BYTES} bytes "
+            "the driver accepts (one SM's shared memory)")
+    if request.interleave is Interleave.NONE and rank >= 1:
+        span = request.swizzle.span_bytes
+        if span is not None and inner_bytes > span:
+            bad(Rule.TMA_BOX_EXCEEDS_SWIZZLE, "boxDim[0]", inner_bytes, span,
+                f"inner box row is {inner_bytes} bytes, wider than the {span}-byte span of "
+                f"swizzle {request.swizzle.name}")
+
+    for i, e in enumerate(driver_order(es)):
+        if not 1 <= e <= MAX_ELEMENT_STRIDE:
+            bad(Rule.TMA_ELEMENT_STRIDE, f"elementStrides[{i}]", e, MAX_ELEMENT_STRIDE,
+                f"elementStrides[{i}] = {e} is outside 1..{MAX_ELEMENT_STRIDE}")
+    if request.interleave is Interleave.NONE and rank >= 1 and es[-1] != 1:
+        bad(Rule.TMA_INNER_ELEMENT_STRIDE, "elementStrides[0]", es[-1], 1,
+            f"element stride {es[-1]} on the innermost dimension would be ignored by TMA "
+            "(the driver drops elementStrides[0] without interleave)")
+
+    if request.interleave is Interleave.B32 and request.swizzle is not Swizzle.B32:
+        bad(Rule.TMA_INTERLEAVE_SWIZZLE, "swizzle", request.swizzle, Swizzle.B32,
+            f"INTERLEAVE_32B requires SWIZZLE_32B, got {request.swizzle.name}")
+    if request.swizzle.is_atom_variant and arch < ATOM_SWIZZLE_MIN_ARCH:
+        bad(Rule.TMA_SWIZZLE_ARCH, "swizzle", request.swizzle, ATOM_SWIZZLE_MIN_ARCH,
+            f"swizzle {request.swizzle.name} is a Blackwell (sm_100+) mode, target is sm_{arch}")
+    if request.oob_fill is OobFill.NAN_REQUEST_ZERO_FMA and not (
+        data_type is not None and data_type.is_float
+    ):
+        bad(Rule.TMA_OOB_FILL_DTYPE, "oobFill", request.oob_fill, "floating-point data type",
+            "NaN out-of-bounds fill needs a floating-point data type")
+
+    if out:
+        return Verdict.reject(out)
+    assert data_type is not None
+    return Verdict.admit(
+        TmaDescriptorParams(
+            data_type=data_type,
+            rank=rank,
+            global_dim=driver_order(t.shape),
+            global_strides=driver_order(t.byte_strides())[1:],
+            box_dim=driver_order(request.box),
+            element_strides=driver_order(es),
+            interleave=request.interleave,
+            swizzle=request.swizzle,
+            l2_promotion=request.l2_promotion,
+            oob_fill=request.oob_fill,
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Alternatives
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TmaPlan:
+    """A TMA plan: encode ``request`` and issue ``len(sub_box_origins)`` copies per tile.
+
+    ``axis_groups[i]`` lists the requested axes (outermost first) that the loaded
+    tile's axis ``i`` covers: the residual is ``loaded.reshape(...)`` of those
+    groups, then a transpose back to the requested order. Identity groups mean
+    the tile arrives in the requested order. ``sub_box_origins`` are offsets of
+    each copy from the tile origin, in the encoded view's (outermost-first) axes.
+    """
+
+    request: TmaRequest
+    descriptor: TmaDescriptorParams
+    sub_box_origins: tuple[tuple[int, ...], ...]
+    axis_groups: tuple[tuple[int, ...], ...]
+    repacked_from: GlobalTensor | None = None
+
+    @property
+    def copies_per_tile(self) -> int:
+        return len(self.sub_box_origins)
+
+    @property
+    def residual_permutation(self) -> tuple[int, ...]:
+        """Requested axes in the loaded tile's order (flattened groups)."""
+        return tuple(a for g in self.axis_groups for a in g)
+
+
+@dataclass(frozen=True)
+class ThreadCopyPlan:
+    """Per-thread copies: each lane moves ``vector_bytes`` per instruction."""
+
+    vector_bytes: int
+    issues_per_tile: int
+    uses_cp_async: bool
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    request: TmaRequest
+    origins: tuple[tuple[int, ...], ...]
+    note: str
+    changes_shared_layout: bool = False
+    groups: tuple[tuple[int, ...], ...] = field(default=())
+
+
+def _granule(elem_bytes: int) -> int:
+    """The least inner box (elements) whose bytes are a multiple of 16."""
+    return 16 // math.gcd(16, elem_bytes)
+
+
+def _best_piece(length: int, limit: int, multiple: int) -> int | None:
+    """Sub-box length covering ``length``: fewest pieces, then least overfetch, then longest."""
+    best: tuple[int, int, int] | None = None
+    for s in range(multiple, limit + 1, multiple):
+        pieces = ceil_div(length, s)
+        key = (pieces, pieces * s - length, -s)
+        if best is None or key < best:
+            best = key
+    return None if best is None else -best[2]
+
+
+def _split_box(req: TmaRequest) -> _Candidate | None:
+    """Shrink box dimensions to their admissible limits and issue several copies per tile.
+
+    Each dimension is cut to its own limit (256 elements; the inner row also to a
+    multiple of 16 bytes and, without interleave, to the swizzle span); then, while
+    the box still exceeds MAX_BOX_BYTES, the outermost dimension that can shrink is halved.
+    """
+    t = req.tensor
+    es = req.element_strides
+    inner = t.rank - 1
+    pieces = []  # (piece length, count) per dimension
+    for d, b in enumerate(req.box):
+        if d == inner:
+            multiple = _granule(t.elem_bytes)
+            span = req.swizzle.span_bytes if req.interleave is Interleave.NONE else None
+            limit_bytes = MAX_BOX_DIM * t.elem_bytes if span is None else span
+            limit = min(MAX_BOX_DIM, limit_bytes // t.elem_bytes) // multiple * multiple
+        else:
+            multiple = max(1, es[d])  # keep each piece on the element-stride phase
+            limit = MAX_BOX_DIM // multiple * multiple
+        if b <= limit and b % multiple == 0:
+            pieces.append((b, 1))
+            continue
+        piece = _best_piece(b, limit, multiple)
+        if piece is None:
+            return None
+        pieces.append((piece, ceil_div(b, piece)))
+
+    def loaded_bytes() -> int:
+        pairs = zip(pieces, es, strict=True)
+        return math.prod(ceil_div(p, max(e, 1)) for (p, _), e in pairs) * t.elem_bytes
+
+    for d in range(t.rank):
+        floor = _granule(t.elem_bytes) if d == inner else max(1, es[d])
+        while loaded_bytes() > MAX_BOX_BYTES and pieces[d][0] > floor:
+            half = max(floor, ceil_div(pieces[d][0] // 2, floor) * floor)
+            pieces[d] = (half, ceil_div(req.box[d], half))
+    new_box = tuple(p for p, _ in pieces)
+    if new_box == req.box or loaded_bytes() > MAX_BOX_BYTES:
+        return None
+    origins = tuple(
+        tuple(i * new_box[d] for d, i in enumerate(idx))
+        for idx in product(*(range(c) for _, c in pieces))
+    )
+    split = ", ".join(
+        f"{req.box[d]}->{pieces[d][1]}x{new_box[d]}"
+        for d in range(t.rank) if new_box[d] != req.box[d]
+    )
+    return _Candidate(replace(req, box=new_box), origins, f"resize the box ({split})")
+
+
+def _other_swizzles(req: TmaRequest) -> list[_Candidate]:
+    """Keep one copy per tile by changing the swizzle mode (changes the shared layout)."""
+    t = req.tensor
+    inner_bytes = req.box[-1] * t.elem_bytes
+    out = []
+    if req.interleave is Interleave.B32:
+        if req.swizzle is not Swizzle.B32:
+            out.append(Swizzle.B32)
+    else:
+        span = req.swizzle.span_bytes
+        if span is not None and inner_bytes > span:
+            wider = [s for s in (Swizzle.B32, Swizzle.B64, Swizzle.B128)
+                     if (s.span_bytes or 0) >= inner_bytes]
+            out.append(wider[0] if wider else Swizzle.NONE)
+    return [
+        _Candidate(replace(req, swizzle=s), ((0,) * t.rank,),
+                   f"change swizzle {req.swizzle.name} -> {s.name}", changes_shared_layout=True)
+        for s in out
+    ]
+
+
+def _dense_inner(req: TmaRequest) -> _Candidate | None:
+    """Load the inner run densely when an inner element stride would be ignored."""
+    es = req.element_strides
+    if req.interleave is not Interleave.NONE or es[-1] == 1:
+        return None
+    new_es = es[:-1] + (1,)
+    return _Candidate(replace(req, element_strides=new_es), ((0,) * req.tensor.rank,),
+                      f"load the inner run densely and drop every {es[-1]}-th element on use",
+                      changes_shared_layout=True)
+
+
+def _fold_element_strides(req: TmaRequest) -> _Candidate | None:
+    """Outer element strides > 8 become a strided view with element stride 1."""
+    t = req.tensor
+    es = req.element_strides
+    if all(1 <= e <= MAX_ELEMENT_STRIDE for e in es[:-1]):
+        return None
+    shape, strides, box, new_es = list(t.shape), list(t.strides), list(req.box), list(es)
+    for d in range(t.rank - 1):
+        if es[d] > MAX_ELEMENT_STRIDE:
+            shape[d] = ceil_div(shape[d], es[d])
+            strides[d] *= es[d]
+            box[d] = ceil_div(box[d], es[d])
+            new_es[d] = 1
+    tensor = replace(t, shape=tuple(shape), strides=tuple(strides))
+    return _Candidate(
+        replace(req, tensor=tensor, box=tuple(box), element_strides=tuple(new_es)),
+        ((0,) * t.rank,), "fold element strides > 8 into the global strides",
+        groups=tuple((d,) for d in range(t.rank)),
+    )
+
+
+def _permute_contiguous_inner(req: TmaRequest) -> _Candidate | None:
+    """A strided innermost dimension with a unit-stride dimension elsewhere: transpose the box."""
+    t = req.tensor
+    if t.rank < 2 or t.shape[-1] == 1 or t.strides[-1] == 1:
+        return None
+    unit = [d for d in range(t.rank - 1) if t.strides[d] == 1 and t.shape[d] > 1]
+    if not unit:
+        return None
+    j = unit[0]
+    order = [d for d in range(t.rank) if d != j] + [j]
+    es = req.element_strides
+    tensor = replace(t, shape=tuple(t.shape[d] for d in order),
+                     strides=tuple(t.strides[d] for d in order))
+    new = replace(req, tensor=tensor, box=tuple(req.box[d] for d in order),
+                  element_strides=tuple(es[d] for d in order))
+    return _Candidate(new, ((0,) * t.rank,),
+                      f"load the transposed tile (axis {j} innermost) and permute it back",
+                      groups=tuple((d,) for d in order))
+
+
+@dataclass(frozen=True)
+class _Dim:
+    """One dimension of a view being merged: extent, stride, box, element stride, axes."""
+
+    shape: int
+    stride: int
+    box: int
+    es: int
+    axes: tuple[int, ...]
+
+    def absorbs(self, outer: _Dim) -> bool:
+        """Can ``outer`` merge into this (inner) dimension without changing the elements?"""
+        return (outer.stride == self.shape * self.stride and self.box == self.shape
+                and self.es == 1 and outer.es == 1)
+
+    def merged_under(self, outer: _Dim) -> _Dim:
+        return _Dim(outer.shape * self.shape, self.stride, outer.box * self.shape, 1,
+                    outer.axes + self.axes)
+
+
+def _merge_dims(
+    req: TmaRequest, groups: tuple[tuple[int, ...], ...], arch: int
+) -> _Candidate | None:
+    """Drop size-1 dimensions and merge runs of contiguous, fully boxed dimensions.
+
+    Merging dimension ``d`` into its inner neighbour is exact when
+    ``stride[d] == shape[d+1] * stride[d+1]`` and the box covers the whole inner
+    neighbour. Every admissible choice of merges is tried (there are at most
+    ``2 ** (rank - 1)``); the fewest copies per tile wins, then the fewest merges.
+    """
+    t = req.tensor
+    dims = [
+        _Dim(t.shape[d], t.strides[d], req.box[d], req.element_strides[d], groups[d])
+        for d in range(t.rank)
+        if not (t.shape[d] == 1 and req.box[d] == 1)
+    ]
+    if not dims:
+        return None
+    options = [k for k in range(len(dims) - 1) if dims[k + 1].absorbs(dims[k])]
+    options = options[-_MAX_MERGE_SEARCH:]
+    best: tuple[tuple[int, int], _Candidate] | None = None
+    for mask in range(1 << len(options)):
+        chosen = {options[i] for i in range(len(options)) if mask >> i & 1}
+        merged = [dims[-1]]
+        for k in range(len(dims) - 2, -1, -1):
+            if k in chosen:
+                merged[0] = merged[0].merged_under(dims[k])
+            else:
+                merged.insert(0, dims[k])
+        if len(merged) == t.rank:
+            continue
+        tensor = replace(t, shape=tuple(m.shape for m in merged),
+                         strides=tuple(m.stride for m in merged))
+        new = replace(req, tensor=tensor, box=tuple(m.box for m in merged),
+                      element_strides=tuple(m.es for m in merged))
+        cand = _complete(
+            _Candidate(new, ((0,) * len(merged),), f"merge dimensions into rank {len(merged)}",
+                       groups=tuple(m.axes for m in merged)),
+            arch,
+        )
+        if cand is None:
+            continue
+        key = (len(cand.origins), len(chosen))
+        if best is None or key < best[0]:
+            best = (key, cand)
+    return None if best is None else best[1]
+
+
+_MAX_MERGE_SEARCH = 10
+
+
+def _repacked(req: TmaRequest) -> tuple[TmaRequest, GlobalTensor] | None:
+    """A fresh row-major copy whose row pitch is padded to the stride granule."""
+    t = req.tensor
+    if t.elem_bytes > 16 or 16 % t.elem_bytes:
+        return None
+    unit = 32 if req.interleave is Interleave.B32 else 16
+    strides = [1] * t.rank
+    for d in range(t.rank - 2, -1, -1):
+        extent = t.shape[d + 1] * strides[d + 1] * t.elem_bytes
+        if d == t.rank - 2:
+            extent = ceil_div(extent, unit) * unit
+        strides[d] = extent // t.elem_bytes
+    name = f"{t.label}(repacked)"
+    tensor = replace(t, strides=tuple(strides), base_align=FRESH_ALLOCATION_ALIGN, name=name)
+    return replace(req, tensor=tensor), tensor
+
+
+def _thread_copy(req: TmaRequest, widths: Sequence[int], cp_async: bool) -> ThreadCopyPlan | None:
+    """Widest per-lane copy every row start, tile origin and the base allow."""
+    t = req.tensor
+    es = req.element_strides
+    contiguous = (t.shape[-1] == 1 or t.strides[-1] == 1) and es[-1] == 1
+    rows = math.prod(req.loaded_box[:-1])
+    row_elems = req.loaded_box[-1]
+    strides_bytes = [abs(s) * t.elem_bytes for d, s in enumerate(t.strides[:-1]) if t.shape[d] > 1]
+    for w in widths:
+        if t.base_align % w or any(s % w for s in strides_bytes):
+            continue
+        if contiguous:
+            if (req.box[-1] * t.elem_bytes) % w:
+                continue
+            vectors = rows * ceil_div(row_elems * t.elem_bytes, w)
+        else:
+            if w != t.elem_bytes or (abs(t.strides[-1]) * es[-1] * t.elem_bytes) % w:
+                continue
+            vectors = rows * row_elems
+        issues = ceil_div(vectors, WARP) * (1 if cp_async else 2)
+        return ThreadCopyPlan(w, issues, cp_async)
+    return None
+
+
+def _complete(cand: _Candidate, arch: int) -> _Candidate | None:
+    """The candidate if admissible, else the candidate with its box split, else None."""
+    if tma_admissibility(cand.request, arch=arch).admissible:
+        return cand
+    split = _split_box(cand.request)
+    if split is None or not tma_admissibility(split.request, arch=arch).admissible:
+        return None
+    # Origins compose: each of the candidate's copies is split further.
+    origins = tuple(
+        tuple(a + b for a, b in zip(o1, o2, strict=True))
+        for o1 in cand.origins
+        for o2 in split.origins
+    )
+    return _Candidate(split.request, origins, f"{cand.note}; {split.note}",
+                      cand.changes_shared_layout, cand.groups)
+
+
+def tma_alternatives(
+    request: TmaRequest, *, arch: int, passes: int = 1
+) -> tuple[Alternative[TmaPlan | ThreadCopyPlan], ...]:
+    """Ranked plans for an inadmissible request (empty when the request is admissible).
+
+    ``passes`` is how many times the tensor is read by tiles; a one-time repack
+    is amortized over them. Every TMA plan returned is itself admissible.
+    """
+    if tma_admissibility(request, arch=arch).admissible:
+        return ()
+    t = request.tensor
+    identity = tuple((d,) for d in range(t.rank))
+    tiles = request.tiles()
+    found: list[tuple[AlternativeKind, _Candidate, GlobalTensor | None, int]] = []
+
+    if arch >= TMA_MIN_ARCH:
+        box_like = [c for c in (_split_box(request), _dense_inner(request)) if c is not None]
+        box_like += _other_swizzles(request)
+        for c in box_like:
+            done = _complete(replace(c, groups=identity), arch)
+            if done is not None:
+                found.append((AlternativeKind.DIFFERENT_BOX, done, None, 0))
+
+        views = [c for c in (_fold_element_strides(request),) if c is not None]
+        permuted = _permute_contiguous_inner(request)
+        if permuted is not None:
+            views.append(permuted)
+            merged = _merge_dims(permuted.request, permuted.groups, arch)
+            if merged is not None:
+                views.append(replace(merged, note=f"{permuted.note}; {merged.note}"))
+        merged = _merge_dims(request, identity, arch)
+        if merged is not None:
+            views.append(merged)
+        for c in views:
+            done = _complete(c, arch)
+            if done is not None:
+                found.append((AlternativeKind.FACTORIZE, done, None, 0))
+
+        repacked = _repacked(request)
+        if repacked is not None:
+            new_req, new_tensor = repacked
+            pitch = new_tensor.strides[-2] if t.rank >= 2 else 1
+            cand = _Candidate(new_req, ((0,) * t.rank,),
+                              f"repack {t.label} once into a row-major copy"
+                              + (f" with row pitch {pitch} elements" if t.rank >= 2 else ""),
+                              groups=identity)
+            done = _complete(cand, arch)
+            if done is None:
+                merged = _merge_dims(new_req, identity, arch)
+                done = None if merged is None else replace(
+                    merged, note=cand.note + "; " + merged.note)
+            if done is not None:
+                found.append((AlternativeKind.REPACK, done, t, 2 * t.numel * t.elem_bytes))
+
+    alts: list[Alternative[TmaPlan | ThreadCopyPlan]] = []
+    seen: set[tuple[AlternativeKind, TmaRequest, tuple[tuple[int, ...], ...]]] = set()
+    for kind, cand, original, one_time in found:
+        key = (kind, cand.request, cand.origins)
+        if key in seen:
+            continue
+        seen.add(key)
+        verdict = tma_admissibility(cand.request, arch=arch)
+        assert verdict.params is not None
+        plan = TmaPlan(cand.request, verdict.params, cand.origins, cand.groups or identity,
+                       original)
+        copies = plan.copies_per_tile
+        tile_bytes = copies * cand.request.tile_bytes()
+        cost = Cost(tiles * tile_bytes, tiles * copies, copies, one_time, passes)
+        where = f"{copies} TMA cop{'y' if copies == 1 else 'ies'} per tile"
+        if one_time:
+            where += f", {one_time} bytes once (read + write) amortized over {passes} pass(es)"
+        alts.append(Alternative(kind, plan, cost, f"{cand.note}: {where}",
+                                cand.changes_shared_layout))
+
+    for kind, widths, cp_async in (
+        (AlternativeKind.FALLBACK_CP_ASYNC, (16, 8, 4), True),
+        (AlternativeKind.FALLBACK_PLAIN_LOADS, (16, 8, 4, 2, 1), False),
+    ):
+        if cp_async and arch < CP_ASYNC_MIN_ARCH:
+            continue
+        tplan = _thread_copy(request, widths, cp_async)
+        if tplan is None:
+            continue
+        cost = Cost(tiles * request.tile_bytes(), tiles * tplan.issues_per_tile,
+                    tplan.issues_per_tile)
+        what = "cp.async" if cp_async else "ld.global + st.shared"
+        alts.append(Alternative(
+            kind, tplan, cost,
+            f"{what} of {tplan.vector_bytes} bytes per lane: {tplan.issues_per_tile} warp "
+            "instruction issues per tile"))
+    return rank_alternatives(alts)
