@@ -136,7 +136,7 @@ def test_prefix_and_suffix_products_are_compact_strides(shape):
     col = reference_flatten(prefix_product(shape))
     row = reference_flatten(suffix_product(shape))
     assert col == [math.prod(leaves[:k]) for k in range(len(leaves))]
-    assert row == [math.prod(leaves[k + 1:]) for k in range(len(leaves))]
+    assert row == [math.prod(leaves[k + 1 :]) for k in range(len(leaves))]
     assert congruent(prefix_product(shape), shape) and congruent(suffix_product(shape), shape)
 
 
@@ -157,7 +157,7 @@ def test_index_past_size_runs_into_last_nontrivial_leaf(shape, idx):
     leaves = reference_flatten(shape)
     crd = reference_flatten(idx2crd(idx, shape))
     nontrivial = [k for k, n in enumerate(leaves) if n > 1]
-    for k, (c, n) in enumerate(zip(crd, leaves)):
+    for k, (c, n) in enumerate(zip(crd, leaves, strict=False)):
         if n == 1:
             assert c == 0
         elif k != nontrivial[-1]:
@@ -205,7 +205,7 @@ def test_ceil_div_of_ints(a, b):
 def test_ceil_div_folds_an_int_through_a_tuple_like_shape_div(leaves, divisor):
     out = ceil_div(tuple(leaves), divisor)
     assert len(out) == len(leaves)
-    assert all(1 <= o <= n for o, n in zip(out, leaves))
+    assert all(1 <= o <= n for o, n in zip(out, leaves, strict=False))
     try:
         exact = shape_div(tuple(leaves), divisor)
     except LayoutError:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from itertools import product as cartesian_product
-from typing import TypeAlias, Union
+from typing import TypeAlias
 
 from tilekit.errors import LayoutError
 
-IntTuple: TypeAlias = Union[int, tuple["IntTuple", ...]]
+IntTuple: TypeAlias = int | tuple["IntTuple", ...]
 
 
 def is_int(value: object) -> bool:
@@ -68,7 +68,9 @@ def unflatten(leaves: Sequence[int], profile: IntTuple) -> IntTuple:
     """Arrange ``leaves`` in the nesting of ``profile`` (inverse of :func:`flatten`)."""
     flat_len = len(flatten(profile))
     if len(leaves) != flat_len:
-        raise LayoutError(f"unflatten: {len(leaves)} leaves do not fit profile {format_int_tuple(profile)}")
+        raise LayoutError(
+            f"unflatten: {len(leaves)} leaves do not fit profile {format_int_tuple(profile)}"
+        )
     it = iter(leaves)
 
     def build(p: IntTuple) -> IntTuple:
@@ -125,21 +127,21 @@ def depth(t: IntTuple) -> int:
 def congruent(a: IntTuple, b: IntTuple) -> bool:
     """Same nesting profile (leaf values ignored)."""
     if is_tuple(a) and is_tuple(b):
-        return len(a) == len(b) and all(congruent(x, y) for x, y in zip(a, b))  # type: ignore
+        return len(a) == len(b) and all(congruent(x, y) for x, y in zip(a, b, strict=False))  # type: ignore
     return not is_tuple(a) and not is_tuple(b)
 
 
 def weakly_congruent(a: IntTuple, b: IntTuple) -> bool:
-    """``a``'s profile is a coarsening of ``b``'s: every leaf of ``a`` sits over a subtree of ``b``."""
+    """``a``'s profile coarsens ``b``'s: every leaf of ``a`` sits over a subtree of ``b``."""
     if is_tuple(a) and is_tuple(b):
-        return len(a) == len(b) and all(weakly_congruent(x, y) for x, y in zip(a, b))  # type: ignore
+        return len(a) == len(b) and all(weakly_congruent(x, y) for x, y in zip(a, b, strict=False))  # type: ignore
     return not is_tuple(a)
 
 
 def compatible(a: IntTuple, b: IntTuple) -> bool:
-    """Every coordinate of shape ``a`` is also a coordinate of shape ``b`` (sizes match at ``a``'s leaves)."""
+    """Every coordinate of shape ``a`` is one of shape ``b`` (sizes agree at ``a``'s leaves)."""
     if is_tuple(a) and is_tuple(b):
-        return len(a) == len(b) and all(compatible(x, y) for x, y in zip(a, b))  # type: ignore
+        return len(a) == len(b) and all(compatible(x, y) for x, y in zip(a, b, strict=False))  # type: ignore
     if is_tuple(a):
         return False
     return a == product(b)
@@ -147,14 +149,16 @@ def compatible(a: IntTuple, b: IntTuple) -> bool:
 
 def inner_product(a: IntTuple, b: IntTuple) -> int:
     if is_tuple(a) and is_tuple(b) and len(a) == len(b):  # type: ignore[arg-type]
-        return sum(inner_product(x, y) for x, y in zip(a, b))  # type: ignore[arg-type]
+        return sum(inner_product(x, y) for x, y in zip(a, b, strict=False))  # type: ignore[arg-type]
     if not is_tuple(a) and not is_tuple(b):
         return a * b  # type: ignore[operator]
-    raise LayoutError(f"inner_product: {format_int_tuple(a)} and {format_int_tuple(b)} are not congruent")
+    raise LayoutError(
+        f"inner_product: {format_int_tuple(a)} and {format_int_tuple(b)} are not congruent"
+    )
 
 
 def prefix_product(t: IntTuple, init: int = 1) -> IntTuple:
-    """Exclusive prefix products over the leaves: the compact column-major strides of shape ``t``."""
+    """Exclusive prefix products of the leaves: the compact column-major strides of shape ``t``."""
     leaves = flatten(t)
     out: list[int] = []
     running = init
@@ -187,7 +191,7 @@ def shape_div(a: IntTuple, b: IntTuple) -> IntTuple:
                 raise LayoutError(
                     f"shape_div: ranks differ: {format_int_tuple(a)} / {format_int_tuple(b)}"
                 )
-            return tuple(shape_div(x, y) for x, y in zip(a, b))  # type: ignore[arg-type]
+            return tuple(shape_div(x, y) for x, y in zip(a, b, strict=False))  # type: ignore[arg-type]
         out: list[IntTuple] = []
         rest: IntTuple = b
         for x in a:  # type: ignore[union-attr]
@@ -216,7 +220,7 @@ def ceil_div(a: IntTuple, b: IntTuple) -> IntTuple:
             if len(b) > len(a):  # type: ignore[arg-type]
                 raise LayoutError("ceil_div: divisor has more modes than the dividend")
             padded = tuple(b) + (1,) * (len(a) - len(b))  # type: ignore[arg-type]
-            return tuple(ceil_div(x, y) for x, y in zip(a, padded))  # type: ignore[arg-type]
+            return tuple(ceil_div(x, y) for x, y in zip(a, padded, strict=False))  # type: ignore[arg-type]
         out: list[IntTuple] = []
         rest: int = b  # type: ignore[assignment]
         for x in a:  # type: ignore[union-attr]
@@ -247,7 +251,7 @@ def idx2crd(idx: IntTuple, shape: IntTuple) -> IntTuple:
             raise LayoutError(
                 f"coordinate {format_int_tuple(idx)} does not match shape {format_int_tuple(shape)}"
             )
-        return tuple(idx2crd(i, s) for i, s in zip(idx, shape))  # type: ignore[arg-type]
+        return tuple(idx2crd(i, s) for i, s in zip(idx, shape, strict=False))  # type: ignore[arg-type]
     rest = int(idx)  # type: ignore[arg-type]
     if rest < 0:
         raise LayoutError(f"negative index {rest} into shape {format_int_tuple(shape)}")
@@ -277,12 +281,13 @@ def crd2idx(crd: IntTuple, shape: IntTuple, stride: IntTuple | None = None) -> i
     if is_tuple(crd):
         if not is_tuple(shape) or len(crd) != len(shape):  # type: ignore[arg-type]
             raise LayoutError(
-                f"coordinate {format_int_tuple(crd)} does not match shape {format_int_tuple(shape)}",
+                f"coordinate {format_int_tuple(crd)} does not match shape "
+                f"{format_int_tuple(shape)}",
                 hints=["give one coordinate per mode, or a single int index"],
             )
-        return sum(crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride))  # type: ignore
+        return sum(crd2idx(c, s, d) for c, s, d in zip(crd, shape, stride, strict=False))  # type: ignore
     natural = idx2crd(crd, shape)
-    return sum(c * d for c, d in zip(flatten(natural), flatten(stride)))
+    return sum(c * d for c, d in zip(flatten(natural), flatten(stride), strict=False))
 
 
 def iter_coords(shape: IntTuple) -> Iterator[IntTuple]:
@@ -359,7 +364,7 @@ class _Parser:
         if self.pos == digits_start:
             self.pos = start
             raise self._fail("an integer or '('")
-        return int(self.text[start:self.pos].lstrip("_"))
+        return int(self.text[start : self.pos].lstrip("_"))
 
     def expect_end(self) -> None:
         if self.peek() != "":
