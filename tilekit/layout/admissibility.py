@@ -35,6 +35,7 @@ and the remaining keys make the order total and deterministic.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -176,7 +177,7 @@ class Cost:
         )
 
 
-A = TypeVar("A")
+A = TypeVar("A", covariant=True)  # frozen: an Alternative[Sub] is an Alternative[Base]
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,76 @@ class Alternative(Generic[A]):
 def rank_alternatives(alternatives: Iterable[Alternative[A]]) -> tuple[Alternative[A], ...]:
     """Cheapest first, layout-preserving before layout-changing; total and deterministic."""
     return tuple(sorted(alternatives, key=Alternative.rank_key))
+
+
+WARP = 32
+CP_ASYNC_MIN_ARCH = 80
+
+
+@dataclass(frozen=True)
+class ThreadCopyPlan:
+    """Per-thread copies: each lane moves ``vector_bytes`` per instruction."""
+
+    vector_bytes: int
+    issues_per_tile: int
+    uses_cp_async: bool
+
+
+def _widest_copy(
+    elem_bytes: int, base_align: int, shape: Sequence[int], strides: Sequence[int],
+    loaded: Sequence[int], element_strides: Sequence[int], widths: Sequence[int], cp_async: bool,
+) -> ThreadCopyPlan | None:
+    """The widest lane width every row start, tile origin and the base allow."""
+    es = tuple(element_strides) or (1,)
+    shape, strides, loaded = tuple(shape) or (1,), tuple(strides) or (1,), tuple(loaded) or (1,)
+    contiguous = (shape[-1] == 1 or strides[-1] == 1) and es[-1] == 1
+    rows, row_elems = math.prod(loaded[:-1]), loaded[-1]
+    row_starts = [abs(s) * elem_bytes for d, s in enumerate(strides[:-1]) if shape[d] > 1]
+    for w in widths:
+        if base_align % w or any(s % w for s in row_starts):
+            continue
+        if contiguous:
+            if (row_elems * es[-1] * elem_bytes) % w:
+                continue
+            vectors = rows * ceil_div(row_elems * elem_bytes, w)
+        else:  # element by element, each in elem_bytes // w pieces
+            if elem_bytes % w or (abs(strides[-1]) * es[-1] * elem_bytes) % w:
+                continue
+            vectors = rows * row_elems * (elem_bytes // w)
+        return ThreadCopyPlan(w, ceil_div(vectors, WARP) * (1 if cp_async else 2), cp_async)
+    return None
+
+
+def thread_copy_alternatives(
+    *, elem_bytes: int, base_align: int, shape: Sequence[int], strides: Sequence[int],
+    box: Sequence[int], element_strides: Sequence[int], tiles: int, arch: int,
+) -> list[Alternative[ThreadCopyPlan]]:
+    """The per-thread fallbacks for a strided box (outermost-first, strides in elements).
+
+    ``cp.async`` (sm_80+) copies 16, 8 or 4 bytes per lane, one issue per warp
+    instruction; plain loads copy any power of two up to 16 and pay a shared store
+    too. Plain loads always exist, so a fallback is never missing.
+    """
+    loaded = [ceil_div(b, max(e, 1)) for b, e in zip(box, element_strides, strict=True)]
+    tile_bytes = math.prod(loaded) * elem_bytes
+    out: list[Alternative[ThreadCopyPlan]] = []
+    for kind, widths, cp_async in (
+        (AlternativeKind.FALLBACK_CP_ASYNC, (16, 8, 4), True),
+        (AlternativeKind.FALLBACK_PLAIN_LOADS, (16, 8, 4, 2, 1), False),
+    ):
+        if cp_async and arch < CP_ASYNC_MIN_ARCH:
+            continue
+        plan = _widest_copy(elem_bytes, base_align, shape, strides, loaded, element_strides,
+                            widths, cp_async)
+        if plan is None:
+            continue
+        what = "cp.async" if cp_async else "ld.global + st.shared"
+        cost = Cost(tiles * tile_bytes, tiles * plan.issues_per_tile, plan.issues_per_tile)
+        out.append(Alternative(
+            kind, plan, cost,
+            f"{what} of {plan.vector_bytes} bytes per lane: {plan.issues_per_tile} warp "
+            "instruction issues per tile"))
+    return out
 
 
 def describe(violations: Sequence[Violation]) -> str:

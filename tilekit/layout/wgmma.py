@@ -33,7 +33,7 @@ Verified on an H100 (driver 580, sm_90a): the address every element is read
 from was decoded from real ``wgmma.m64nNk16.bf16`` results for both majors, all
 four swizzles, N in {64, 256} and dense and padded LBO/SBO, and agreed with this
 model everywhere; products through descriptors from :func:`wgmma_admissibility`
-matched numpy for 1,777 operand pairs (N in {8, 24, 64, 256}, K slices and MN
+matched numpy for 1,773 operand pairs (N in {8, 24, 64, 256}, K slices and MN
 slices of larger tiles, buffers 1024- and 2048-aligned), and relative-swizzled
 buffers at every 128-byte phase read correctly with the PTX base-offset formula.
 """
