@@ -24,9 +24,9 @@ whose digits in ``A``'s mixed radix add with a carry), so ``R(c) == A(B(c))`` al
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -333,13 +333,15 @@ def _coalesce_leaves(shapes: Sequence[int], strides: Sequence[int]) -> Layout:
     return Layout(tuple(out_s), tuple(out_d))
 
 
-def _by_mode(layout: Layout, profile: IntTuple, fn: object, what: str) -> Layout:
+def _by_mode(
+    layout: Layout, profile: IntTuple, fn: Callable[[Layout, Any], Layout], what: str
+) -> Layout:
     if len(profile) > layout.rank:  # type: ignore[arg-type]
         raise LayoutError(
             f"{what}: profile {format_int_tuple(profile)} has more modes than layout {layout}"
         )
     modes = layout.modes()
-    done = [fn(modes[i], p) for i, p in enumerate(profile)]  # type: ignore[operator, arg-type]
+    done = [fn(modes[i], p) for i, p in enumerate(profile)]  # type: ignore[arg-type]
     return make_layout(*done, *modes[len(done) :])
 
 
@@ -686,11 +688,13 @@ def logical_divide(a: Layout | ComposedLayout, tiler: Tiler) -> Layout | Compose
     return composition(a, make_layout(tile, complement(tile, a.size)))  # type: ignore[return-value]
 
 
-def _by_mode_tiler(a: Layout, tiler: tuple[Tiler, ...], fn: object, what: str) -> Layout:
+def _by_mode_tiler(
+    a: Layout, tiler: tuple[Tiler, ...], fn: Callable[[Layout, Any], Layout], what: str
+) -> Layout:
     if len(tiler) > a.rank:
         raise LayoutError(f"{what}: tiler {_tiler_text(tiler)} has more modes than layout {a}")
     modes = a.modes()
-    done = [fn(modes[i], t) for i, t in enumerate(tiler)]  # type: ignore[operator]
+    done = [fn(modes[i], t) for i, t in enumerate(tiler)]
     return make_layout(*done, *modes[len(done) :])
 
 
