@@ -11,7 +11,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import assume, example, given, settings
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from tilekit.errors import LayoutError
@@ -144,7 +144,6 @@ def interval_layouts(
     return layout, [tuple(iv) for iv in intervals], maps  # type: ignore[misc]
 
 
-@settings(max_examples=60)
 @given(case=interval_layouts())
 def test_validation_agrees_with_enumeration(case: tuple) -> None:
     layout, intervals, maps = case
@@ -266,7 +265,6 @@ def tiled_shapes(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return extents, tile
 
 
-@settings(max_examples=80)
 @given(shape=tiled_shapes())
 @example(shape=((1000, 4097), (128, 256)))
 @example(shape=((7, 3), (8, 8)))
@@ -293,7 +291,6 @@ def test_classes_partition_the_tiles_and_counts_match(
             assert decomposition.class_of(index).tail_mask == mask
 
 
-@settings(max_examples=40)
 @given(shape=tiled_shapes())
 @example(shape=((100, 37), (32, 16)))
 def test_guards_keep_exactly_the_in_bounds_points(
@@ -318,7 +315,6 @@ def test_guards_keep_exactly_the_in_bounds_points(
                 assert inside
 
 
-@settings(max_examples=15)
 @given(shape=tiled_shapes())
 def test_isl_proves_the_decomposition(shape: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
     decomposition = decompose_tiled(*shape)
@@ -382,7 +378,6 @@ def bucket_and_shape(
     return tuple(extents), tile, values
 
 
-@settings(max_examples=80)
 @given(case=bucket_and_shape())
 def test_symbolic_counts_match_every_allowed_shape(case: tuple) -> None:
     extents, tile, values = case
@@ -400,7 +395,6 @@ def test_symbolic_counts_match_every_allowed_shape(case: tuple) -> None:
             assert all(c.tail_mask[d] for c in symbolic.classes)
 
 
-@settings(max_examples=12)
 @given(case=bucket_and_shape())
 def test_isl_proves_symbolic_decompositions_for_all_extents(case: tuple) -> None:
     extents, tile, _ = case
@@ -419,6 +413,26 @@ def test_symbolic_bucket_example() -> None:
     assert d.counts({"M": 100, "N": 512}) == {(True, False): 2}
     with pytest.raises(LayoutError, match="break the bucket's facts"):
         d.counts({"M": 100, "N": 500})
+
+
+@given(div=FACT, big=FACT, tile=st.integers(2, 12))
+def test_extent_facts_hold_for_exactly_the_allowed_sizes(
+    div: bool | None, big: bool | None, tile: int
+) -> None:
+    assume(not (div is True and big is False))
+    facts = SymbolicExtent("M", div, big).facts(tile)
+    for n in range(-3, 6 * tile):
+        allowed = n >= 1 and div in (None, n % tile == 0) and big in (None, n >= tile)
+        assert all(f.holds({"M": n}) for f in facts) == allowed
+
+
+def test_facts_guard_instantiation_and_size() -> None:
+    d = decompose_tiled((SymbolicExtent("M", divisible=False),), (64,))
+    assert d.counts({"M": 65}) == {(False,): 1, (True,): 1}
+    with pytest.raises(LayoutError, match="break the bucket's facts"):
+        d.counts({"M": 128})
+    even = Domain.box(("N",), ("i",), facts=(divisible("N", 2),))
+    assert even.size({"N": 4}) == 4 and even.size({"N": 3}) == 0
 
 
 @pytest.mark.parametrize(
