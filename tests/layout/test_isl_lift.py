@@ -726,3 +726,22 @@ def test_value_ranges_are_sound() -> None:
     (exact,) = value_ranges(f2)  # type: ignore[misc]
     assert exact.exact and (exact.lo, exact.hi) == (0, 8191)
     assert f2.evaluate(exact.argmax) == (8191,)  # type: ignore[arg-type]
+
+
+def test_tma_128b_swizzle_matches_cute_swizzle_across_modules() -> None:
+    """shared.nvidia_swizzle (offset -> coordinates, F2) against CuTe's Swizzle<3,3,3> o
+    (128,64):(64,1) (coordinates -> offset): inverse functions, so the composite is the
+    identity on offsets."""
+    cute = pytest.importorskip("tilekit.layout.cute")
+    shared = pytest.importorskip("tilekit.layout.shared")
+    tile = shared.nvidia_swizzle(shared.SwizzleMode.B128, (128, 64), 2)
+    cute_tile = cute.ComposedLayout(cute.Swizzle(3, 3, 3), 0, cute.Layout((128, 64), (64, 1)))
+    assert equal(cute_tile, tile.invert())
+    assert equal(lift(cute_tile), lift(tile.invert()))
+    assert equal(compose(cute_tile, tile), StridedSpec.from_flat((8192,), (1,)))
+    wrong = cute.ComposedLayout(cute.Swizzle(2, 3, 3), 0, cute.Layout((128, 64), (64, 1)))
+    verdict = equal(wrong, tile.invert())
+    assert not verdict
+    row, col = verdict.counterexample  # type: ignore[misc]
+    assert tile.apply({"offset": verdict.right[0]}) == {"dim0": row, "dim1": col}  # type: ignore[index]
+    assert tile.apply({"offset": verdict.left[0]}) != {"dim0": row, "dim1": col}  # type: ignore[index]

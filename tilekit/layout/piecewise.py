@@ -68,8 +68,8 @@ T = TypeVar("T")
 # ------------------------------------------------------------------------------------------ ISL
 
 
-ISL_MAX_OPERATIONS = 50_000_000
-"""ISL's budget per query (its own operation count; about 1-5 s of work). Past it, LayoutError."""
+ISL_MAX_OPERATIONS = 5_000_000
+"""ISL's budget per query, in its own operation count (~2 s of a hard query here)."""
 
 _CONTEXT: list[isl.Context] = []
 
