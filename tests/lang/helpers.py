@@ -1,0 +1,202 @@
+"""Shared helpers for the differential tests: launching, poisoned outputs, random
+inputs (bfloat16 included) and comparisons with per-dtype tolerances.
+
+Nothing here calls into tilekit except ``run``: references are computed with
+numpy (float64, or exact Python/numpy integers) so they are independent of the
+implementation under test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+bf16 = np.dtype(ml_dtypes.bfloat16)
+f16 = np.dtype(np.float16)
+f32 = np.dtype(np.float32)
+f64 = np.dtype(np.float64)
+
+FLOATS = (f16, bf16, f32, f64)
+
+# Relative tolerances for results that went through transcendental functions,
+# sums or dots; single correctly rounded ops are compared exactly instead.
+RTOL = {bf16: 1e-2, f16: 1e-3, f32: 1e-5, f64: 1e-12}
+
+# The sentinel an integer output starts with, chosen so a kernel that does not
+# write an element is caught (random data never produces it by accident).
+INT_SENTINEL = {np.dtype(t): np.iinfo(t).min + 1 if np.iinfo(t).min < 0 else np.iinfo(t).max - 1
+                for t in (np.int8, np.int16, np.int32, np.int64,
+                          np.uint8, np.uint16, np.uint32, np.uint64)}
+
+
+def run(kernel: Any, grid: Any, *args: Any, **constexprs: Any) -> None:
+    """Launch ``kernel`` on ``grid``: the one place a later backend (GPU) plugs in.
+
+    Today there is only the CPU interpreter; a GPU backend would copy the numpy
+    arguments to the device here and the outputs back afterwards."""
+    kernel[grid](*args, **constexprs)
+
+
+def is_float(dtype: Any) -> bool:
+    dt = np.dtype(dtype)
+    return dt.kind == "f" or dt == bf16
+
+
+def poison(shape: Any, dtype: Any) -> np.ndarray:
+    """An output buffer full of NaN (floats), True-ish garbage (bool) or a sentinel (ints)."""
+    dt = np.dtype(dtype)
+    if is_float(dt):
+        return np.full(shape, np.nan, dtype=dt)
+    if dt == np.bool_:
+        # Both values are legal for bools; callers compare against a second run with
+        # the other poison (see ``poison_bool_pair``) or check every element.
+        return np.ones(shape, dtype=bool)
+    return np.full(shape, INT_SENTINEL[dt], dtype=dt)
+
+
+def rand(rng: np.random.Generator, shape: Any, dtype: Any, lo: float = -4.0,
+         hi: float = 4.0) -> np.ndarray:
+    """Random values of ``dtype`` (floats uniform in [lo, hi), ints uniform over [lo, hi]
+    clipped to the type's range)."""
+    dt = np.dtype(dtype)
+    if is_float(dt):
+        return rng.uniform(lo, hi, size=shape).astype(dt)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    info = np.iinfo(dt)
+    a = max(int(lo), int(info.min))
+    b = min(int(hi), int(info.max))
+    return rng.integers(a, b, size=shape, endpoint=True, dtype=dt)
+
+
+def rand_full_range(rng: np.random.Generator, shape: Any, dtype: Any) -> np.ndarray:
+    """Integers over the whole range of ``dtype`` (for wraparound and bit tests)."""
+    dt = np.dtype(dtype)
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt)
+
+
+def wrap(values: Any, dtype: Any) -> np.ndarray:
+    """Python integers wrapped (two's complement) into ``dtype``: the exact reference
+    for integer arithmetic."""
+    dt = np.dtype(dtype)
+    info = np.iinfo(dt)
+    span = 1 << (8 * dt.itemsize)
+    flat = [((int(v) - int(info.min)) % span) + int(info.min) for v in np.ravel(values)]
+    return np.array(flat, dtype=object).astype(dt).reshape(np.shape(values))
+
+
+def as_int_objects(a: np.ndarray) -> np.ndarray:
+    """``a`` as an array of Python ints (no overflow in reference arithmetic)."""
+    return np.array([int(v) for v in np.ravel(a)], dtype=object).reshape(a.shape)
+
+
+def round_to(values: Any, dtype: Any) -> np.ndarray:
+    """float64 values rounded once (to nearest even) to a float ``dtype``. bfloat16 goes
+    through round-to-odd float32 and bit arithmetic, so it depends on neither
+    ml_dtypes' conversions nor double rounding."""
+    x = np.asarray(values, dtype=np.float64)
+    dt = np.dtype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if dt == f64:
+            return x.copy()
+        if dt in (f32, f16):
+            return x.astype(dt)  # numpy's double -> float/half conversions are direct
+        if dt == bf16:
+            return bf16_from_f32_bits(round_to_odd_f32(x))
+    raise TypeError(f"round_to: not a float type {dt}")
+
+
+def round_to_odd_f32(x: np.ndarray) -> np.ndarray:
+    """float64 -> float32 rounding to odd: truncate toward zero, then set the last
+    mantissa bit if anything was lost. Rounding that to a type with at most 22
+    mantissa bits to nearest-even gives the correctly rounded result."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = x.astype(np.float32)
+        back = f.astype(np.float64)
+    finite = np.isfinite(x) & np.isfinite(f)
+    inexact = finite & (back != x)
+    toward_zero = np.where(inexact & (np.abs(back) > np.abs(x)),
+                           np.nextafter(f, np.float32(0)), f).astype(np.float32)
+    bits = toward_zero.view(np.uint32) | inexact.astype(np.uint32)
+    return bits.view(np.float32)
+
+
+def bf16_from_f32_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 by bit arithmetic (round to nearest even, NaN stays NaN),
+    independent of ml_dtypes."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    lsb = (b >> 16) & 1
+    rounded = ((b + 0x7FFF + lsb) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    rounded = np.where(nan, np.uint16(0x7FC0), rounded).astype(np.uint16)
+    return rounded.view(bf16)
+
+
+def assert_exact(out: np.ndarray, ref: np.ndarray, what: str = "") -> None:
+    """Bit-for-bit equal values (NaN matches NaN; -0.0 == 0.0)."""
+    out = np.asarray(out)
+    ref = np.asarray(ref)
+    assert out.shape == ref.shape, f"{what}: shape {out.shape} != {ref.shape}"
+    if is_float(out.dtype) or is_float(ref.dtype):
+        o = out.astype(np.float64)
+        r = ref.astype(np.float64)
+        bad = ~((o == r) | (np.isnan(o) & np.isnan(r)))
+    else:
+        bad = out != ref
+    if np.any(bad):
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements differ; first "
+                             f"at {idx}: got {out[idx]!r}, expected {ref[idx]!r}")
+
+
+def assert_close(out: np.ndarray, ref: Any, rtol: float | None = None, atol: Any = 0.0,
+                 what: str = "") -> None:
+    """``|out - ref| <= atol + rtol * |ref|`` elementwise, with NaN, infinities and the
+    poison checked: NaN only where the reference is NaN, infinities of the same sign.
+    ``rtol`` defaults to the tolerance of ``out``'s dtype."""
+    out = np.asarray(out)
+    if rtol is None:
+        rtol = RTOL[np.dtype(out.dtype)]
+    o = out.astype(np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    assert o.shape == r.shape, f"{what}: shape {o.shape} != {r.shape}"
+    nan_o, nan_r = np.isnan(o), np.isnan(r)
+    inf_r = np.isinf(r)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(o - r)
+        ok = err <= np.asarray(atol) + rtol * np.abs(r)
+    ok = np.where(inf_r, o == r, ok)
+    ok = np.where(nan_r | nan_o, nan_r & nan_o, ok)
+    if not np.all(ok):
+        bad = ~ok
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements off (rtol "
+                             f"{rtol:g}); first at {idx}: got {o[idx]!r}, expected {r[idx]!r}")
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """Norm-wise relative error, inf if ``out`` has a NaN the reference has not."""
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    if np.any(np.isnan(o) & ~np.isnan(r)):
+        return float("inf")
+    return float(np.linalg.norm(o - r) / max(np.linalg.norm(r), 1e-300))
+
+
+def check_untouched(base_after: np.ndarray, base_before: np.ndarray, view_mask: np.ndarray,
+                    what: str = "") -> None:
+    """Elements of a base buffer outside a view (``~view_mask``) kept their values."""
+    outside = ~view_mask
+    assert_exact(base_after[outside], base_before[outside], f"{what} (outside the view)")
+
+
+def view_mask(base: np.ndarray, index: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """A bool array over ``base`` that is True exactly at the elements of ``index(base)``."""
+    marks = np.zeros(base.shape, dtype=bool)
+    index(marks)[...] = True
+    return marks
