@@ -45,16 +45,27 @@ def is_float(dtype: Any) -> bool:
     return dt.kind == "f" or dt == bf16
 
 
-def poison(shape: Any, dtype: Any) -> np.ndarray:
-    """An output buffer full of NaN (floats), True-ish garbage (bool) or a sentinel (ints)."""
+def poison(shape: Any, dtype: Any, bool_value: bool = True) -> np.ndarray:
+    """An output buffer full of NaN (floats) or an integer sentinel. Every bool is a legal
+    result, so bool outputs are filled with ``bool_value``: run twice, once with each
+    (``run_bool_out``)."""
     dt = np.dtype(dtype)
     if is_float(dt):
         return np.full(shape, np.nan, dtype=dt)
     if dt == np.bool_:
-        # Both values are legal for bools; callers compare against a second run with
-        # the other poison (see ``poison_bool_pair``) or check every element.
-        return np.ones(shape, dtype=bool)
+        return np.full(shape, bool_value, dtype=bool)
     return np.full(shape, INT_SENTINEL[dt], dtype=dt)
+
+
+def run_bool_out(launch: Callable[[np.ndarray], None], shape: Any) -> np.ndarray:
+    """Run ``launch(out)`` with a bool output poisoned True, then False; an element the
+    kernel does not write differs between the runs."""
+    a = poison(shape, bool, True)
+    launch(a)
+    b = poison(shape, bool, False)
+    launch(b)
+    assert_exact(a, b, "bool output (elements left unwritten?)")
+    return a
 
 
 def rand(rng: np.random.Generator, shape: Any, dtype: Any, lo: float = -4.0,
@@ -85,8 +96,10 @@ def wrap(values: Any, dtype: Any) -> np.ndarray:
     dt = np.dtype(dtype)
     info = np.iinfo(dt)
     span = 1 << (8 * dt.itemsize)
-    flat = [((int(v) - int(info.min)) % span) + int(info.min) for v in np.ravel(values)]
-    return np.array(flat, dtype=object).astype(dt).reshape(np.shape(values))
+    # An object array keeps Python ints exact (np.ravel of a list of big ints would not).
+    arr = values if isinstance(values, np.ndarray) else np.array(values, dtype=object)
+    flat = [((int(v) - int(info.min)) % span) + int(info.min) for v in arr.reshape(-1)]
+    return np.array(flat, dtype=object).astype(dt).reshape(arr.shape)
 
 
 def as_int_objects(a: np.ndarray) -> np.ndarray:
@@ -137,8 +150,10 @@ def bf16_from_f32_bits(x: np.ndarray) -> np.ndarray:
     return rounded.view(bf16)
 
 
-def assert_exact(out: np.ndarray, ref: np.ndarray, what: str = "") -> None:
-    """Bit-for-bit equal values (NaN matches NaN; -0.0 == 0.0)."""
+def assert_exact(out: np.ndarray, ref: np.ndarray, what: str = "",
+                 signed_zeros: bool = False) -> None:
+    """Equal values: exact for floats too (NaN matches NaN; -0.0 matches 0.0 unless
+    ``signed_zeros``)."""
     out = np.asarray(out)
     ref = np.asarray(ref)
     assert out.shape == ref.shape, f"{what}: shape {out.shape} != {ref.shape}"
@@ -146,6 +161,8 @@ def assert_exact(out: np.ndarray, ref: np.ndarray, what: str = "") -> None:
         o = out.astype(np.float64)
         r = ref.astype(np.float64)
         bad = ~((o == r) | (np.isnan(o) & np.isnan(r)))
+        if signed_zeros:
+            bad |= (o == 0) & (r == 0) & (np.signbit(o) != np.signbit(r))
     else:
         bad = out != ref
     if np.any(bad):
