@@ -703,10 +703,9 @@ def test_bitcast(src, dst):
                  x.view(np.dtype(f"u{np.dtype(src).itemsize}")), f"bitcast {src} -> {dst}")
 
 
-def test_regression_bitcast_of_scalar_tile(request):
+def test_regression_bitcast_of_scalar_tile():
     """A 0-d tile bitcast used to become shape (1,) in the interpreter, so storing it
     at a scalar offset crashed with a numpy broadcasting error."""
-    known_bug(request, "bitcast of a 0-d tile")
     x = np.array([1.5, -2.25], f32)
     out = poison(1, i32)
     run(K.bitcast_scalar, (1,), x, out, DT=tk.int32)

@@ -229,6 +229,7 @@ def _infer_bitcast(sig: Signature) -> list[TileType]:
 
 define(
     "bitcast", ["x"], _infer_bitcast,
-    lambda ctx, op, args: [np.ascontiguousarray(args[0]).view(op.attrs["dtype"].np)],
+    # np.array, not np.ascontiguousarray: the latter makes 0-d arrays 1-d
+    lambda ctx, op, args: [np.array(args[0], order="C").view(op.attrs["dtype"].np)],
     doc="reinterpret the bits as another type of the same width",
 )
