@@ -849,9 +849,7 @@ REDUCE_CASES = [
 @pytest.mark.parametrize("shape,axis,keep", REDUCE_CASES, ids=lambda v: repr(v))
 @pytest.mark.parametrize("dtype", [f32, f16, bf16, i8, i32, u8, i64], ids=ids)
 @pytest.mark.parametrize("kind", ["sum", "max", "min", "prod", "argmax", "argmin"])
-def test_reductions(kind, dtype, shape, axis, keep, request):
-    if kind.startswith("arg") and axis is None and keep:
-        known_bug(request, "argmax/argmin over all axes ignore keepdims")
+def test_reductions(kind, dtype, shape, axis, keep):
     rng = rng_for("red", kind, dtype, shape, axis)
     x = _reduce_data(kind, dtype, shape, rng)
     if is_float(dtype) and kind != "prod":
@@ -894,10 +892,9 @@ def test_tile_reduction_methods(kind):
 
 
 @pytest.mark.parametrize("kind", ["argmax", "argmin"])
-def test_regression_argreduce_over_all_keepdims(kind, request):
+def test_regression_argreduce_over_all_keepdims(kind):
     """``tk.argmax(x, keepdims=True)`` over all axes ignored keepdims (it returned a 0-d
     tile, where ``tk.sum`` and numpy give shape (1, 1))."""
-    known_bug(request, "argmax/argmin over all axes ignore keepdims")
     x = np.array([[3, 1, 9], [9, 0, -4]], i32)
     out = poison(1, i32)
     run(K.reduce_nd, (1,), x, out, SHAPE=(2, 3), KIND=kind, AXIS=None, KEEP=True,

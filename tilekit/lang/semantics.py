@@ -315,7 +315,8 @@ def argreduce(x: Any, kind: str, axis: int | None, keepdims: bool) -> Tile:
     if t.dtype.is_bool:
         t = cast(t, DType.INT32)
     if axis is None:
-        return _emit1("argreduce", {"x": _reduce_all(t).value}, {"axis": 0, "kind": ArgKind(kind)})
+        out = _emit1("argreduce", {"x": _reduce_all(t).value}, {"axis": 0, "kind": ArgKind(kind)})
+        return reshape(out, (1,) * t.ndim) if keepdims else out
     a = _axis(t, axis)
     out = _emit1("argreduce", {"x": t.value}, {"axis": a, "kind": ArgKind(kind)})
     return expand_dims(out, a) if keepdims else out
