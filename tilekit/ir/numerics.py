@@ -30,7 +30,8 @@ def cast(values: np.ndarray, dtype: DType) -> np.ndarray:
         return src
     if dtype.is_bool:
         return src != 0
-    if dtype.is_int and src.dtype.kind == "f":
+    # bfloat16 (ml_dtypes) has numpy kind "V", not "f": test for it by name
+    if dtype.is_int and (src.dtype.kind == "f" or src.dtype == DType.BFLOAT16.np):
         info = np.iinfo(target)
         with np.errstate(invalid="ignore"):
             wide = np.trunc(src.astype(np.float64))
