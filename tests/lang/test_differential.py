@@ -620,10 +620,9 @@ def test_cast_int_to_float_rounds_to_nearest_even(src, dst):
 
 
 @pytest.mark.parametrize("src", [i32, i64, u32], ids=ids)
-def test_cast_wide_int_to_bfloat16_rounds_once(src, request):
-    """int -> bfloat16 rounds once to nearest even: going through float32 first would
-    round twice (2**24 + 2**16 + 1 would become 2**24 instead of 2**24 + 2**17)."""
-    known_bug(request, "int -> bfloat16 rounds twice")
+def test_regression_wide_int_to_bfloat16_rounds_once(src):
+    """int -> bfloat16 rounds once to nearest even: it went through float32 first and
+    rounded twice (2**24 + 2**16 + 1 became 2**24 instead of 2**24 + 2**17)."""
     rng = rng_for("i2bf", src)
     x = np.concatenate([np.array([2**24 + 2**16 + 1, 2**25 + 2**17 + 3, 2**30 + 2**22 + 1]),
                         rng.integers(2**24, 2**31 - 1, size=200)]).astype(src)
@@ -649,11 +648,9 @@ def float_specials_and_random(src, rng, n=257) -> np.ndarray:
                                      (f64, f32), (bf16, f16), (f16, bf16), (bf16, f32),
                                      (f16, f64), (f32, f64), (bf16, f64)],
                          ids=lambda v: str(v))
-def test_cast_between_floats(src, dst, request):
+def test_cast_between_floats(src, dst):
     """Float -> float rounds once to nearest even (f32 -> bf16 checked against bit
     arithmetic, f64 -> bf16 against round-to-odd); widening is exact."""
-    if (src, dst) == (f64, bf16):
-        known_bug(request, "float64 -> bfloat16 rounds twice")
     rng = rng_for("f2f", src, dst)
     x = float_specials_and_random(src, rng)
     n = len(x)
@@ -674,6 +671,22 @@ def test_regression_bfloat16_to_int_cast_saturates():
         out = poison(6, dst)
         run(K.cast, (1,), x, out, 6, DT=TK[dst], VIA="method", BLOCK=8)
         assert_exact(out, np.array(ref, dst), f"bf16 -> {dst}")
+
+
+def test_regression_float64_and_literals_to_bfloat16_round_once():
+    """float64 -> bfloat16 (and Python float literals with bfloat16 tiles) rounded twice,
+    through float32: 1 + 2**-8 + 2**-40 became 1.0 instead of 1 + 2**-7."""
+    x = np.array([1 + 2**-8 + 2**-40, -(1 + 2**-8 + 2**-40), 3 * 2**-9 + 1,
+                  2.0**-130 + 2.0**-160], f64)  # the last one is subnormal
+    out = poison(4, bf16)
+    run(K.cast, (1,), x, out, 4, DT=tk.bfloat16, VIA="method", BLOCK=4)
+    assert_exact(out, np.array([1 + 2**-7, -(1 + 2**-7), 1 + 2**-7, 2.0**-130], f64))
+    lit = 1 + 2**-8 + 2**-40
+    one = np.ones(4, bf16)
+    out = poison(4, bf16)
+    run(K.binop_literal, (1,), one, out, 4, OP="mul", LIT=lit, LEFT=False,
+        EXPECT=tk.bfloat16, BLOCK=4)
+    assert_exact(out, np.full(4, 1 + 2**-7))
 
 
 @pytest.mark.parametrize("src", [f32, bf16, i32, u8], ids=ids)

@@ -47,9 +47,21 @@ def cast(values: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype.is_int and src.dtype.kind in "iub":
         return src.astype(target)  # wraps
     with np.errstate(over="ignore", invalid="ignore"):
-        if dtype is DType.BFLOAT16 and src.dtype.kind in "iub":
-            return src.astype(np.float64).astype(target)
+        if dtype is DType.BFLOAT16 and (src.dtype.kind in "iub" or src.dtype == np.float64):
+            return _float64_to_bfloat16(src.astype(np.float64))
         return src.astype(target)
+
+
+def _float64_to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """Round float64 once to bfloat16 (ml_dtypes goes through float32 rounding to nearest,
+    which rounds twice: 1 + 2**-8 + 2**-40 gave 1.0). Rounding to float32 *to odd* keeps
+    a sticky bit, after which rounding to nearest-even bfloat16 is exact."""
+    f = x.astype(np.float32)
+    back = f.astype(np.float64)
+    inexact = np.isfinite(f) & (back != x)
+    f = np.where(inexact & (np.abs(back) > np.abs(x)), np.nextafter(f, np.float32(0)), f)
+    odd = np.asarray(f, dtype=np.float32).view(np.uint32) | inexact.astype(np.uint32)
+    return odd.view(np.float32).astype(DType.BFLOAT16.np)
 
 
 def in_compute(dtype: DType, fn: Callable[..., np.ndarray], *args: np.ndarray) -> np.ndarray:
