@@ -1055,10 +1055,9 @@ def test_tile_view_1d_padding(dtype, P, n, B):
     assert_exact(out, padded(x, (B,), P), f"pad {dtype} {P}")
 
 
-def test_regression_tile_view_padding_is_exact_for_int64(request):
+def test_regression_tile_view_padding_is_exact_for_int64():
     """The padding of a tile-view load went through float64, so int64 padding above
     2**53 was rounded (2**53 + 1 read back as 2**53)."""
-    known_bug(request, "tile-view padding goes through float64")
     x = np.arange(3, dtype=i64)
     out = poison(8, i64)
     run(K.tile_pad_1d, (1,), x, out, B=8, P=2**53 + 1)
@@ -1067,10 +1066,9 @@ def test_regression_tile_view_padding_is_exact_for_int64(request):
 
 @pytest.mark.parametrize("dtype,P", [(u8, -1), (i8, 200), (i32, float("nan")), (i32, 0.5)],
                          ids=lambda v: repr(v))
-def test_regression_tile_view_padding_that_does_not_fit_is_an_error(dtype, P, request):
+def test_regression_tile_view_padding_that_does_not_fit_is_an_error(dtype, P):
     """Like every literal, a tile-view padding that does not fit the tensor's type is a
     trace error (it used to wrap or read garbage: -1 padding a uint8 tensor read 255)."""
-    known_bug(request, "tile-view padding is not checked")
     with pytest.raises(tk.TraceError, match="does not fit|not an integer"):
         run(K.tile_pad_1d, (1,), np.zeros(3, dtype), poison(8, dtype), B=8, P=P)
 

@@ -122,6 +122,7 @@ class TileView:
         """The box's elements; positions past the tensor's edge read ``other``."""
         if not semantics.is_scalar_literal(other):
             raise TraceError("`other` of a tile load must be a Python number", user_loc())
+        semantics._check_fits(other, self.tensor.dtype)  # like any literal
         state = tracer.current()
         op = state.emit("tile_load", {"tensor": self.tensor.value,
                                       "index": [i.value for i in self.index]},

@@ -18,6 +18,7 @@ import enum
 
 import numpy as np
 
+from tilekit.ir import numerics
 from tilekit.ir.dtypes import DType
 from tilekit.ir.opdef import Effect, OpTypeError, Signature, define
 from tilekit.ir.ops.common import int_scalar, tensor, tile
@@ -173,8 +174,10 @@ def _tile_load_ref(ctx: object, op, args: list) -> list[np.ndarray]:
     binding, *index = args
     offsets, inside = tile_coordinates(binding, index, op.attrs["shape"])
     dtype = binding.dtype
-    other = np.full(op.attrs["shape"], op.attrs.get("padding", 0), dtype=np.float64)
-    return [binding.gather(offsets, inside, other.astype(dtype.np))]
+    # Converted like a constant (exact for int64; not through float64).
+    pad = numerics.cast(np.asarray(op.attrs.get("padding", 0)), dtype)
+    other = np.full(op.attrs["shape"], pad, dtype=dtype.np)
+    return [binding.gather(offsets, inside, other)]
 
 
 define("tile_load", ["tensor", "index*"], _infer_tile_load, _tile_load_ref, effects=Effect.READ,
