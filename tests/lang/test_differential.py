@@ -1544,8 +1544,10 @@ def test_grid_as_callable_of_constexprs(n):
 @pytest.mark.parametrize("d,expect", [(7, tk.int32), (2**35, tk.int64), (-(2**31), tk.int32),
                                       (2.5, tk.float32), (True, tk.bool_)],
                          ids=lambda v: repr(v))
-def test_scalar_arguments(d, expect, request):
-    known_bug(request, "dtype annotations are ignored when annotations are strings")
+def test_scalar_arguments(d, expect):
+    """Scalars annotated with tilekit dtypes take that type (kernels.py uses
+    ``from __future__ import annotations``: the annotations are strings); unannotated
+    ints are int32 or int64 by value, floats float32, bools bool."""
     outi = poison(4, i64)
     outf = poison(6, f64)
     a, h = 2**40 + 3, 2**33 + 1
@@ -1555,6 +1557,18 @@ def test_scalar_arguments(d, expect, request):
     ref = [float(np.float32(0.1)), c16, float(d), 0.1, float(round_to(1 / 3, bf16)),
            float(round_to(c16 * 3, f16))]
     assert_exact(outf, np.array(ref))
+
+
+def test_regression_dtype_annotations_as_strings():
+    """With ``from __future__ import annotations`` a scalar annotated ``tk.float16`` was
+    silently passed as float32 (the string annotation was not recognized)."""
+    kinds = {p.name: p.dtype for p in K.scalars.params}
+    assert kinds["c"] is tk.float16 and kinds["e"] is tk.uint8 and kinds["a"] is tk.int64
+    outi = poison(4, i64)
+    outf = poison(6, f64)
+    run(K.scalars, (1,), outi, outf, 5, 0.1, 0.1, 1, 255, 0.1, 0.1, 1, EXPECT_D=tk.int32)
+    assert outf[1] == float(np.float16(0.1))  # c rounded to float16, not float32
+    assert outi[2] == 254  # uint8 arithmetic wraps
 
 
 @pytest.mark.parametrize("n", [7, 257])

@@ -98,6 +98,10 @@ def _param_kind(annotation: Any) -> tuple[ParamKind, DType | None]:
         return ParamKind.TENSOR, None
     if isinstance(annotation, DType):
         return ParamKind.SCALAR, annotation
+    if isinstance(annotation, str):  # `from __future__ import annotations`: "tk.float16"
+        head, _, name = annotation.rpartition(".")
+        if head in ("", "tk", "tilekit") and name.rstrip("_") in {d.long for d in DType}:
+            return ParamKind.SCALAR, DType.parse(name.rstrip("_"))
     if annotation in (int, "int"):
         return ParamKind.SCALAR, None
     if annotation in (float, "float"):
