@@ -802,3 +802,146 @@ def linear_act(X, W, Bias, Y, K, BM: tk.constexpr, BN: tk.constexpr, BK: tk.cons
 
 
 ALL_KERNELS = [v for v in list(globals().values()) if isinstance(v, tk.KernelFunction)]
+
+
+# --- more control flow: swaps, lists, helpers that update in place, loops in `when` ------------
+
+
+def bump(t, by):
+    """A helper that updates its argument in place (the caller's tile changes)."""
+    t += by
+
+
+@tk.kernel
+def fibonacci(Out, n):
+    """Two carried scalars rotated by tuple assignment: ``a, b = b, a + b``."""
+    a = tk.zeros((), tk.int64)
+    b = tk.ones((), tk.int64)
+    for i in tk.range(n):
+        tk.store(Out, i, a)
+        a, b = b, a + b
+    tk.store(Out, n, a)
+
+
+@tk.kernel
+def carried_containers(X, Out, n, BLOCK: tk.constexpr):
+    """Tiles carried inside a list and a dict, and through a helper's in-place update."""
+    offs = tk.arange(BLOCK)
+    accs = [tk.zeros((BLOCK,), tk.float32), tk.zeros((BLOCK,), tk.float32)]
+    state = {"count": tk.zeros((), tk.int32)}
+    hits = tk.zeros((BLOCK,), tk.int32)
+    for i in tk.range(0, n):
+        x = tk.load(X, i * BLOCK + offs)
+        accs[0] += x
+        accs[1] = tk.maximum(accs[1], x)
+        state["count"] = state["count"] + 1
+        bump(hits, (x > 0).to(tk.int32))
+    tk.store(Out, offs, accs[0])
+    tk.store(Out, BLOCK + offs, accs[1])
+    tk.store(Out, 2 * BLOCK + offs, hits.to(tk.float32))
+    tk.store(Out, 3 * BLOCK, state["count"].to(tk.float32))
+
+
+@tk.kernel
+def loop_in_when(X, Out, n, flag):
+    """A runtime loop inside a `tk.when`, carrying a value out of both; and a `when`
+    over the loop's induction variable inside a nested loop."""
+    total = tk.zeros((), tk.float32)
+    with tk.when(flag != 0):
+        for i in tk.range(n):
+            total += tk.load(X, i)
+    diag = tk.zeros((), tk.float32)
+    for i in tk.range(n):
+        for j in tk.range(n):
+            with tk.when(i == j):
+                diag += tk.load(X, i) * (j + 1).to(tk.float32)
+    tk.store(Out, 0, total)
+    tk.store(Out, 1, diag)
+
+
+@tk.kernel
+def carried_index(X, Out, n, B: tk.constexpr):
+    """A carried int scalar used as a tile index inside the loop (walks tiles backwards)."""
+    k = tk.program_id(0) * 0 + (n - 1)
+    acc = tk.zeros((B,), X.dtype)
+    for _ in tk.range(n):
+        acc = acc * 2 + X.tile((B,), (k,)).load()
+        k -= 1
+    Out.tile((B,), (0,)).store(acc)
+
+
+@tk.kernel
+def when_complementary(X, Out, n, thr, BLOCK: tk.constexpr):
+    """if/else with two complementary `tk.when`s, the second reading the first's result."""
+    offs = tk.program_id(0) * BLOCK + tk.arange(BLOCK)
+    m = offs < n
+    x = tk.load(X, offs, mask=m)
+    s = tk.sum(x)
+    big = s > thr
+    y = x
+    with tk.when(big):
+        y = x - s
+    with tk.when(~big):
+        y = y + s
+    tk.store(Out, offs, y, mask=m)
+
+
+@tk.kernel
+def index_forms(X, Out, A: tk.constexpr, B: tk.constexpr):
+    """``x[None, :, None]``, ``x[..., None]``, negative axes in expand_dims / permute."""
+    x = X.tile((A, B), (0, 0)).load()
+    a = x[None, :, :]                     # (1, A, B)
+    b = x[..., None]                      # (A, B, 1)
+    c = tk.expand_dims(x, -1)             # (A, B, 1)
+    d = x.permute(-1, 0)                  # (B, A)
+    v = tk.arange(B)[None, :, None]       # (1, B, 1)
+    tk.static_assert(a.shape == (1, A, B) and b.shape == (A, B, 1) and c.shape == (A, B, 1))
+    tk.static_assert(d.shape == (B, A) and v.shape == (1, B, 1))
+    r = (b + c) * 2 + v.to(X.dtype)       # (A, B, 1)
+    Out.tile((A, B), (0, 0)).store(tk.reshape(r, (A, B)) + d.T + tk.reshape(a, (A, B)))
+
+
+@tk.kernel
+def misc_values(Xi, Xf, OutI, OutF, OutB, N: tk.constexpr):
+    """Odds and ends: int ** int is float32; bool where; sum/max of a 0-d tile; broadcast_to
+    of a scalar; abs(-0.0); dot with an explicit float16 accumulator."""
+    i = tk.arange(N)
+    xi = tk.load(Xi, i)
+    xf = tk.load(Xf, i)
+    p = xi ** 2
+    tk.static_assert(p.dtype == tk.float32)
+    tk.store(OutF, i, p)
+    s = tk.sum(xi)
+    tk.store(OutI, 0, tk.sum(s) + tk.max(s, axis=None))  # reductions of a 0-d tile: itself
+    tk.store(OutI, 1 + i, tk.broadcast_to(s, (N,)))
+    tk.store(OutF, N + i, tk.abs(xf))
+    bw = tk.where(xi > 0, xi > 5, xi < -5)
+    tk.static_assert(bw.dtype == tk.bool_)
+    tk.store(OutB, i, bw)
+    a = tk.reshape(xf, (1, N)).to(tk.float16)
+    acc = tk.full((1, 1), 0.5, tk.float16)
+    r = tk.dot(a, tk.reshape(a, (N, 1)), acc)
+    tk.static_assert(r.dtype == tk.float16)
+    tk.store(OutF, 2 * N, tk.reshape(r, ()))
+
+
+@tk.kernel
+def atomic_bf16(T, Idx, V, n, BLOCK: tk.constexpr):
+    offs = tk.arange(BLOCK)
+    m = offs < n
+    tk.atomic_add(T, tk.load(Idx, offs, mask=m), tk.load(V, offs, mask=m), mask=m)
+
+
+@tk.kernel
+def put_scalar(Out, s):
+    tk.store(Out, 0, s)
+
+
+@tk.kernel
+def put_u8(Out, s: tk.uint8):
+    tk.store(Out, 0, s)
+
+
+@tk.kernel
+def put_u64(Out, s: tk.uint64):
+    tk.store(Out, 0, s)

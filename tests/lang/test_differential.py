@@ -1414,6 +1414,120 @@ def test_loop_bounds_hypothesis(lo, hi, step):
     assert last[0] == (ref[-1] if ref else -999)
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 10, 90])
+def test_loop_tuple_swap_fibonacci(n):
+    out = poison(92, i64)
+    run(K.fibonacci, (1,), out, n)
+    fib = [0, 1]
+    while len(fib) < 92:
+        fib.append(fib[-1] + fib[-2])
+    assert_exact(out[: n + 1], np.array(fib[: n + 1], i64))
+    assert np.all(out[n + 1 :] == poison(1, i64)[0])
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_loop_carrying_list_dict_and_helper_updates(n):
+    B = 8
+    rng = rng_for("containers", n)
+    x = rng.integers(-9, 10, size=(max(n, 1), B)).astype(f32)
+    out = poison(3 * B + 1, f32)
+    run(K.carried_containers, (1,), x, out, n, BLOCK=B)
+    xs = x[:n].astype(f64)
+    ref = np.concatenate([xs.sum(0) if n else np.zeros(B),
+                          np.maximum(0, xs.max(0)) if n else np.zeros(B),
+                          (xs > 0).sum(0) if n else np.zeros(B), [n]])
+    assert_exact(out, ref.astype(f32))
+
+
+@pytest.mark.parametrize("n,flag", [(5, 1), (5, 0), (0, 1), (1, 7)])
+def test_loop_inside_when_and_when_inside_nested_loops(n, flag):
+    rng = rng_for("liw", n, flag)
+    x = rng.integers(-9, 10, size=max(n, 1)).astype(f32)
+    out = poison(2, f32)
+    run(K.loop_in_when, (1,), x, out, n, flag)
+    total = x[:n].sum() if flag else 0.0
+    diag = (x[:n].astype(f64) * np.arange(1, n + 1)).sum()
+    assert_exact(out, np.array([total, diag], f32))
+
+
+@pytest.mark.parametrize("dtype", [i32, f16], ids=ids)
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_loop_carried_tile_index(n, dtype):
+    B = 4
+    x = (np.arange(n * B) % 7).astype(dtype)
+    out = poison(B, dtype)
+    run(K.carried_index, (1,), x, out, n, B=B)
+    acc = np.zeros(B, dtype=np.int64)
+    for k in range(n - 1, -1, -1):
+        acc = acc * 2 + x[k * B : (k + 1) * B].astype(np.int64)
+    assert_exact(out, acc.astype(dtype))
+
+
+@pytest.mark.parametrize("thr", [-1e9, 20.0, 1e9])
+def test_when_as_if_else(thr):
+    n, B = 23, 5
+    rng = rng_for("ifelse", thr)
+    x = rng.integers(-3, 10, size=n).astype(f32)
+    out = poison(n, f32)
+    run(K.when_complementary, (math.ceil(n / B),), x, out, n, thr, BLOCK=B)
+    ref = x.astype(f64).copy()
+    for s0 in range(0, n, B):
+        blk = slice(s0, s0 + B)
+        tot = ref[blk].sum()
+        ref[blk] = ref[blk] - tot if tot > thr else ref[blk] + tot
+    assert_exact(out, ref.astype(f32))
+
+
+@pytest.mark.parametrize("A,B", [(2, 3), (1, 7), (5, 1)])
+def test_index_forms_and_negative_axes(A, B):
+    rng = rng_for("idx", A, B)
+    x = rng.integers(-9, 10, size=(A, B)).astype(f32)
+    out = poison((A, B), f32)
+    run(K.index_forms, (1,), x, out, A=A, B=B)
+    assert_exact(out, x * 4 + np.arange(B)[None, :] + x + x)
+
+
+def test_misc_values():
+    N = 7
+    xi = np.array([-7, -2, 0, 3, 9, 5, 6], i32)
+    xf = np.array([-0.0, 1.5, -2, 0.25, 3, -0.5, 1], f32)
+    oi = poison(N + 1, i32)
+    of = poison(2 * N + 1, f32)
+    ob = run_bool_out(lambda o: run(K.misc_values, (1,), xi, xf, oi, of, o, N=N), N)
+    s = int(xi.sum())
+    assert_exact(oi, np.array([2 * s] + [s] * N, i32))
+    assert_exact(of[:N], (xi.astype(f64) ** 2).astype(f32))
+    assert_exact(of[N : 2 * N], np.abs(xf), signed_zeros=True)  # abs(-0.0) is +0.0
+    assert_exact(ob, np.where(xi > 0, xi > 5, xi < -5))
+    dot = float(round_to(0.5 + float((xf.astype(f64) ** 2).sum()), f16))
+    assert_exact(of[2 * N :], np.array([dot], f32))
+
+
+def test_atomic_add_bfloat16():
+    n = 9
+    idx = np.array([0, 1, 0, 2, 2, 2, 0, 1, 0], i32)
+    vals = np.array([1, 2, 3, 4, 0.5, 0.25, 8, 16, 0.125], bf16)
+    t = np.zeros(3, bf16)
+    run(K.atomic_bf16, (1,), t, idx, vals, n, BLOCK=16)
+    ref = np.zeros(3)
+    np.add.at(ref, idx, vals.astype(f64))
+    assert_exact(t, ref.astype(bf16))
+
+
+def test_empty_grid_runs_nothing():
+    out = np.full(4, -1.0, f32)
+    z = np.zeros(4, f32)
+    for grid in (0, (3, 0), (0, 2, 2)):
+        run(K.axpy, grid, z, z, out, 1.0, 4, BLOCK=4)
+    assert_exact(out, np.full(4, -1.0, f32))
+
+
+def test_zero_size_tensors():
+    x = np.zeros(0, f32)
+    out = np.zeros(0, f32)
+    run(K.axpy, (2,), x, x, out, 1.0, 0, BLOCK=4)  # every access masked off
+
+
 @pytest.mark.parametrize("L,B", [(1, 8), (97, 16), (64, 16)])
 def test_loop_over_tile_views(L, B):
     rng = rng_for("ltv", L)
