@@ -1685,6 +1685,30 @@ def test_regression_dtype_annotations_as_strings():
     assert outi[2] == 254  # uint8 arithmetic wraps
 
 
+@pytest.mark.parametrize("kernel,value,out", [
+    (K.put_scalar, 2**63 - 1, i64), (K.put_scalar, -(2**63), i64), (K.put_scalar, 2**31, i64),
+    (K.put_u64, 2**64 - 1, u64), (K.put_u64, np.uint64(2**63 + 5), u64), (K.put_u8, 255, u8),
+    (K.put_scalar, np.int64(-(2**40)), i64),
+], ids=lambda v: getattr(v, "name", repr(v)))
+def test_scalar_arguments_at_the_edges_of_their_type(kernel, value, out):
+    o = poison(1, out)
+    run(kernel, (1,), o, value)
+    assert int(o[0]) == int(value)
+
+
+@pytest.mark.parametrize("kernel,value", [
+    (K.put_scalar, 2**63), (K.put_scalar, -(2**63) - 1), (K.put_scalar, 2**64),
+    (K.put_scalar, np.uint64(2**64 - 1)), (K.put_u8, 300), (K.put_u8, -1),
+    (K.put_u64, -1),
+], ids=lambda v: getattr(v, "name", repr(v)))
+def test_regression_scalar_that_does_not_fit_is_a_launch_error(kernel, value):
+    """An integer scalar argument outside its type's range wrapped silently (2**63 became
+    -2**63, np.uint64(2**64 - 1) became -1, 300 for a tk.uint8 became 44) or raised a
+    bare OverflowError; like a literal that does not fit, it is an error."""
+    with pytest.raises(tk.LaunchError, match="does not fit"):
+        run(kernel, (1,), poison(1, i64), value)
+
+
 @pytest.mark.parametrize("n", [7, 257])
 def test_int64_index_math(n):
     rng = rng_for("i64", n)

@@ -77,6 +77,16 @@ def specialize_arguments(
             if param.dtype is None and isinstance(value, (int, np.integer)) and \
                     not isinstance(value, (bool, np.bool_)):
                 dtype = DType.INT32 if -(2**31) <= int(value) < 2**31 else DType.INT64
+            if dtype.is_int and isinstance(value, (int, np.integer)) and \
+                    not isinstance(value, (bool, np.bool_)):
+                info = np.iinfo(dtype.np)
+                if not info.min <= int(value) <= info.max:  # no silent wraparound
+                    raise LaunchError(
+                        f"scalar `{param.name}` = {int(value)} does not fit in {dtype}", loc,
+                        hints=[f"annotate it with a wider type, e.g. `{param.name}: tk.uint64`"
+                               if param.dtype is None else
+                               f"pass a value in [{info.min}, {info.max}]"])
+                value = int(value)
             runtime[param.name] = np.asarray(value).astype(dtype.np)
             specs.append((param.name, ScalarSpec(dtype)))
     return Specialization(tuple(specs)), runtime
