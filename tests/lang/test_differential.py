@@ -16,6 +16,7 @@ later GPU backend can run the same file.
 from __future__ import annotations
 
 import math
+import warnings
 import zlib
 
 import numpy as np
@@ -188,6 +189,18 @@ def test_comparisons(op, dtype):
     ref = COMPARE_OPS[op](x.astype(f64), y.astype(f64)) if is_float(dtype) else \
         COMPARE_OPS[op](as_int_objects(x), as_int_objects(y)).astype(bool)
     assert_exact(out, ref.astype(u8), f"{op} {dtype}")
+
+
+def test_regression_bfloat16_nan_comparisons_do_not_warn():
+    """Ordered comparisons of bfloat16 NaNs printed numpy RuntimeWarnings ("invalid value
+    encountered in less") from the interpreter."""
+    x = np.array([np.nan, 1.0, np.nan, -2.0], bf16)
+    y = np.array([1.0, np.nan, np.nan, -2.0], bf16)
+    out = poison(4, u8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(K.binop, (1,), x, y, out, 4, OP="le", EXPECT=tk.bool_, BLOCK=4)
+    assert_exact(out, np.array([0, 0, 0, 1], u8))
 
 
 def test_comparison_into_bool_tensor():

@@ -151,7 +151,8 @@ def _compare(name: str, fn: Callable[..., np.ndarray]) -> None:
 
     def reference(ctx: object, op: object, args: list[np.ndarray]) -> list[np.ndarray]:
         a, b = args
-        return [np.asarray(fn(a, b))]
+        with np.errstate(invalid="ignore"):  # NaN operands (bfloat16 warns) compare False
+            return [np.asarray(fn(a, b))]
 
     define(name, ["lhs", "rhs"], infer, reference, doc=f"elementwise comparison {name}")
 
