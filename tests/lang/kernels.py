@@ -945,3 +945,33 @@ def put_u8(Out, s: tk.uint8):
 @tk.kernel
 def put_u64(Out, s: tk.uint64):
     tk.store(Out, 0, s)
+
+
+@tk.kernel
+def tile_outside(X, Out, B: tk.constexpr, AT: tk.constexpr):
+    """A tile view entirely outside the tensor: loads read the padding, stores do nothing."""
+    t = X.tile((B,), (AT,)).load(other=7)
+    X.tile((B,), (AT,)).store(t * 0 + 100)
+    tk.store(Out, tk.arange(B), t)
+
+
+@tk.kernel
+def atomic_guarded(T, Idx, V, Old, BLOCK: tk.constexpr):
+    """Atomics whose masked-off lanes hold invalid offsets: they must not touch memory."""
+    offs = tk.arange(BLOCK)
+    idx = tk.load(Idx, offs)
+    m = (idx >= 0) & (idx < T.shape[0])
+    tk.store(Old, offs, tk.atomic_max(T, idx, tk.load(V, offs), mask=m), mask=m)
+
+
+@tk.kernel
+def trip_record64(Iv, Out, lo, hi, step, CAP: tk.constexpr):
+    """Loop bounds that need int64 (the induction variable is int64)."""
+    k = tk.zeros((), tk.int32)
+    last = tk.full((), -999, tk.int64)
+    for i in tk.range(lo, hi, step):
+        tk.store(Iv, k, i, mask=k < CAP)
+        k += 1
+        last = i.to(tk.int64)
+    tk.store(Out, 0, k.to(tk.int64))
+    tk.store(Out, 1, last)

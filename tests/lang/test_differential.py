@@ -1527,6 +1527,41 @@ def test_atomic_add_bfloat16():
     assert_exact(t, ref.astype(bf16))
 
 
+@pytest.mark.parametrize("at", [-1, 5, -100])
+def test_tile_view_entirely_outside(at):
+    x = np.arange(4, dtype=i32)
+    out = poison(4, i32)
+    run(K.tile_outside, (1,), x, out, B=4, AT=at)
+    assert_exact(out, np.full(4, 7, i32))
+    assert_exact(x, np.arange(4, dtype=i32))
+
+
+def test_atomics_masked_lanes_with_invalid_offsets():
+    t = np.array([5, -3, 0], i32)
+    idx = np.array([0, -5, 2, 99, 2, 3, -(2**31)], i32)
+    v = np.array([1, 100, 4, 100, 2, 100, 100], i32)
+    old = poison(8, i32)
+    run(K.atomic_guarded, (1,), t, idx, v, old, BLOCK=7)
+    assert_exact(t, np.array([5, -3, 4], i32))
+    ok = np.array([True, False, True, False, True, False, False])
+    assert np.all(old[:7][~ok] == poison(1, i32)[0])
+    assert old[0] == 5
+    # two max ops at address 2 (values 4 and 2, initial 0), in either order
+    assert (int(old[2]), int(old[4])) in ((0, 4), (2, 0)), old
+
+
+@pytest.mark.parametrize("lo,hi,step", [(2**40 + 3, 2**40 - 3, -2), (2**31 - 2, 2**31 + 2, 1),
+                                        (-(2**33), -(2**33) + 7, 3), (2**40, 2**40, 1)],
+                         ids=lambda v: str(v))
+def test_loop_with_int64_bounds(lo, hi, step):
+    ivs = poison(8, i64)
+    out = poison(2, i64)
+    run(K.trip_record64, (1,), ivs, out, lo, hi, step, CAP=8)
+    ref = list(range(lo, hi, step))
+    assert out[0] == len(ref) and out[1] == (ref[-1] if ref else -999)
+    assert_exact(ivs[: len(ref)], np.array(ref, i64))
+
+
 def test_empty_grid_runs_nothing():
     out = np.full(4, -1.0, f32)
     z = np.zeros(4, f32)
