@@ -975,3 +975,14 @@ def trip_record64(Iv, Out, lo, hi, step, CAP: tk.constexpr):
         last = i.to(tk.int64)
     tk.store(Out, 0, k.to(tk.int64))
     tk.store(Out, 1, last)
+
+
+@tk.kernel
+def load_other_values(X, Out, n, fill, BLOCK: tk.constexpr):
+    """``other=`` given as a runtime scalar and as a per-lane tile."""
+    offs = tk.arange(BLOCK)
+    m = offs < n
+    a = tk.load(X, offs, mask=m, other=fill)
+    b = tk.load(X, offs, mask=m, other=offs.to(tk.float32) * -1.0)
+    tk.store(Out, offs, a)
+    tk.store(Out, BLOCK + offs, b)

@@ -336,6 +336,34 @@ def test_promotion_of_two_tiles(op, xt, yt, rt):
     assert_exact(out, ref, f"{xt} {op} {yt}")
 
 
+BOOL_CASES = [
+    # x, y, op, result: bools are the lowest kind; arithmetic on two bools is int32
+    ("b", "b", "add", i32), ("b", "b", "mul", i32), ("b", "b", "and", "b"),
+    ("b", "b", "xor", "b"), ("b", "b", "maximum", i32), ("b", i8, "add", i8),
+    ("b", f16, "mul", f16), (u8, "b", "sub", u8), ("b", "b", "lt", "b"),
+]
+
+
+@pytest.mark.parametrize("xt,yt,op,rt", BOOL_CASES, ids=lambda v: str(v))
+def test_bool_operands(xt, yt, op, rt):
+    n = 31
+    rng = rng_for("bools", xt, yt, op)
+    def make(t):  # "b" is bool (np.dtype("int8") == "b", so compare by type)
+        return (rng.random(n) < 0.5) if isinstance(t, str) else rand(rng, n, t, 0, 9)
+
+    x, y = make(xt), make(yt)
+    bool_out = isinstance(rt, str)
+    out_t = u8 if bool_out else rt
+    out = poison(n, out_t)
+    run(K.binop, (1,), x, y, out, n, OP=op, EXPECT=tk.bool_ if bool_out else TK[rt], BLOCK=32)
+    fn = dict(INT_OPS, lt=lambda a, b: a < b)[op]
+    ref = [fn(a.item(), b.item()) for a, b in zip(x, y, strict=True)]
+    if is_float(out_t):
+        assert_exact(out, round_to(np.array(ref, f64), out_t))
+    else:
+        assert_exact(out, wrap([int(v) for v in ref], out_t))
+
+
 LITERALS = [
     # x dtype, op, literal, literal on the left, result type
     (f16, "mul", 3.3, False, f16),
@@ -1217,6 +1245,18 @@ def test_masked_gather_with_other(dtype, other, idx_type):
     fill = 0 if other is None else other
     ref = np.where(valid, x[np.clip(idx, 0, size - 1)].astype(f64), fill)
     assert_exact(out, ref.astype(dtype), f"gather {dtype} other={other}")
+
+
+@pytest.mark.parametrize("n", [0, 5, 16])
+def test_load_other_scalar_and_tile(n):
+    B = 16
+    x = np.arange(1, 17, dtype=f32)
+    out = poison(2 * B, f32)
+    run(K.load_other_values, (1,), x, out, n, 2.5, BLOCK=B)
+    lanes = np.arange(B)
+    assert_exact(out[:B], np.where(lanes < n, x, 2.5).astype(f32))
+    assert_exact(out[B:], np.where(lanes < n, x, -lanes.astype(f64)).astype(f32),
+                 signed_zeros=True)
 
 
 def test_masked_scatter():
