@@ -460,9 +460,10 @@ def distributed_picture(
     legend = [Swatch(PALETTE[g % len(PALETTE)], _group_name(g, sizes))
               for g in range(min(groups, 2 * len(PALETTE)))]
     if sizes[LANE] > 1:
-        legend += [Swatch(PALETTE[0], "lane 0"),
-                   Swatch(_lighten(PALETTE[0], _LANE_LIGHTEN * (sizes[LANE] - 1) / sizes[LANE]),
-                          f"lane {sizes[LANE] - 1}")]
+        last = sizes[LANE] - 1
+        legend += [Swatch(PALETTE[0], "warp 0 lane 0"),
+                   Swatch(_lighten(PALETTE[0], _LANE_LIGHTEN * last / sizes[LANE]),
+                          f"warp 0 lane {last}")]
     if groups > len(PALETTE):
         legend.append(Swatch(_EMPTY_FILL, f"hues repeat every {len(PALETTE)} warps"))
     shape_text = "x".join(map(str, shape))
