@@ -986,3 +986,10 @@ def load_other_values(X, Out, n, fill, BLOCK: tk.constexpr):
     b = tk.load(X, offs, mask=m, other=offs.to(tk.float32) * -1.0)
     tk.store(Out, offs, a)
     tk.store(Out, BLOCK + offs, b)
+
+
+@tk.kernel
+def tensor_extent(X, Out):
+    tk.store(Out, 0, X.shape[0].to(tk.int64))
+    tk.store(Out, 1, X.shape[X.ndim - 1].to(tk.int64))
+    tk.store(Out, 2, X.stride(0).to(tk.int64))

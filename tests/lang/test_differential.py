@@ -1227,6 +1227,16 @@ def test_tensor_shape_and_strides(make):
     assert_exact(out, np.array(list(x.shape) + strides + list(x.shape), i64))
 
 
+def test_regression_broadcast_view_longer_than_int32():
+    """A stride-0 view with more than 2**31 elements has a tiny span, so its index type
+    was int32 and reading ``X.shape[0]`` crashed with an OverflowError."""
+    for x in (np.broadcast_to(np.float32(1), (2**31 + 5,)),
+              np.broadcast_to(np.zeros((3, 1), f16), (3, 2**32 + 1))):
+        out = poison(3, i64)
+        run(K.tensor_extent, (1,), x, out)
+        assert_exact(out, np.array([x.shape[0], x.shape[-1], 0 if x.ndim == 1 else 1], i64))
+
+
 @pytest.mark.parametrize("dtype,other", [(f32, None), (f32, float("nan")), (i32, -7),
                                          (bf16, 2.5), (i8, None), (u8, 9)],
                          ids=lambda v: repr(v))

@@ -40,7 +40,11 @@ class HostArray:
 
     @property
     def index_dtype(self) -> DType:
-        return DType.INT32 if self.span < 2**31 else DType.INT64
+        """int32 when every offset, extent and stride fits (a broadcast view can have a
+        tiny span and an extent past 2**31)."""
+        fits = self.span < 2**31 and all(n < 2**31 for n in self.shape) and \
+            all(abs(st) < 2**31 for st in self.strides)
+        return DType.INT32 if fits else DType.INT64
 
 
 def is_array(obj: Any) -> bool:
