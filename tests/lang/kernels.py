@@ -801,8 +801,6 @@ def linear_act(X, W, Bias, Y, K, BM: tk.constexpr, BN: tk.constexpr, BK: tk.cons
     Y.tile((BM, BN), (m, n)).store(acc)
 
 
-ALL_KERNELS = [v for v in list(globals().values()) if isinstance(v, tk.KernelFunction)]
-
 
 # --- more control flow: swaps, lists, helpers that update in place, loops in `when` ------------
 
