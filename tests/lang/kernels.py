@@ -801,7 +801,6 @@ def linear_act(X, W, Bias, Y, K, BM: tk.constexpr, BN: tk.constexpr, BK: tk.cons
     Y.tile((BM, BN), (m, n)).store(acc)
 
 
-
 # --- more control flow: swaps, lists, helpers that update in place, loops in `when` ------------
 
 
