@@ -30,6 +30,7 @@ import enum
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -670,7 +671,7 @@ def _shuffle_cost(shuffle: ShufflePlan, words_d: int) -> Cost:
     return Cost(moves=moves, shuffles=shuffles, selects=selects, rounds=len(moving))
 
 
-def _swizzle_module():  # type: ignore[no-untyped-def]
+def _swizzle_module() -> ModuleType | None:
     """``tilekit.layout.swizzle`` when it is there (it is written alongside this module)."""
     try:
         return importlib.import_module("tilekit.layout.swizzle")
