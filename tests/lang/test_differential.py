@@ -1326,9 +1326,12 @@ def _check_atomic_history(kind, init, final, idx, vals, old):
 @pytest.mark.parametrize("dtype", [i32, f32, i64, u32, f64, f16], ids=ids)
 @pytest.mark.parametrize("kind", ["add", "max", "min"])
 def test_atomics_with_duplicates(kind, dtype):
-    if dtype == f16 and kind != "add":
-        pytest.skip("float16 atomics are add-only")
     n, size = 257, 7
+    if dtype == f16 and kind != "add":  # the hardware has float16 atomic add only
+        with pytest.raises(tk.TraceError, match="not supported"):
+            run(K.atomics, (1,), np.zeros(size, f16), np.zeros(n, i32), np.zeros(n, f16),
+                poison(n, f16), n, KIND=kind, BLOCK=32)
+        return
     rng = rng_for("atomic", kind, dtype)
     idx = rng.integers(0, size, size=n).astype(i32)
     vals = rng.integers(1, 4 if dtype == f16 else 100, size=n).astype(dtype)  # exact sums
@@ -1925,7 +1928,7 @@ DTYPES_H = [f32, f16, bf16, i32, u8, i8]
 
 @given(n=st.integers(1, 600), dt=st.sampled_from(DTYPES_H), op=st.sampled_from(["add", "mul"]),
        block=st.sampled_from([16, 31, 64]), seed=st.integers(0, 2**16))
-@settings(max_examples=25)
+@settings(max_examples=60)
 def test_binop_hypothesis(n, dt, op, block, seed):
     rng = np.random.default_rng(seed)
     x = rand(rng, n, dt, -50, 50)
@@ -1941,7 +1944,7 @@ def test_binop_hypothesis(n, dt, op, block, seed):
 
 @given(M=st.integers(1, 40), N=st.integers(1, 40), BM=st.integers(1, 17),
        BN=st.integers(1, 17), seed=st.integers(0, 2**16))
-@settings(max_examples=15)
+@settings(max_examples=40)
 def test_tile_view_padding_hypothesis(M, N, BM, BN, seed):
     rng = np.random.default_rng(seed)
     x = rand(rng, (M, N), i8, -100, 100)
@@ -1953,7 +1956,7 @@ def test_tile_view_padding_hypothesis(M, N, BM, BN, seed):
 
 @given(M=st.integers(1, 24), N=st.integers(1, 24), axis=st.sampled_from([0, 1, None]),
        kind=st.sampled_from(["sum", "max", "argmin"]), seed=st.integers(0, 2**16))
-@settings(max_examples=20)
+@settings(max_examples=40)
 def test_reduction_hypothesis(M, N, axis, kind, seed):
     rng = np.random.default_rng(seed)
     x = rng.integers(-3, 4, size=(M, N)).astype(i32)
@@ -1966,7 +1969,7 @@ def test_reduction_hypothesis(M, N, axis, kind, seed):
 
 @given(M=st.integers(1, 40), N=st.integers(1, 40), Kd=st.integers(1, 40),
        seed=st.integers(0, 2**16))
-@settings(max_examples=10)
+@settings(max_examples=25)
 def test_matmul_hypothesis(M, N, Kd, seed):
     rng = np.random.default_rng(seed)
     a = rand(rng, (M, Kd), bf16, -2, 2)
@@ -1980,7 +1983,7 @@ def test_matmul_hypothesis(M, N, Kd, seed):
 
 @given(M=st.integers(1, 12), N=st.integers(1, 12), s0=st.sampled_from([1, 2, -1, -3]),
        s1=st.sampled_from([1, 3, -1, -2]), transpose=st.booleans(), seed=st.integers(0, 99))
-@settings(max_examples=20)
+@settings(max_examples=40)
 def test_strided_views_hypothesis(M, N, s0, s1, transpose, seed):
     rng = np.random.default_rng(seed)
     base = rand(rng, (M * abs(s0), N * abs(s1)), i16, -1000, 1000)
