@@ -101,13 +101,13 @@ TARGETS = [NVIDIA_SM80, NVIDIA_SM90, AMD_GFX942, AMD_GFX950]
 
 @st.composite
 def address_batches(draw: st.DrawFn) -> tuple[Target, Access, list[list[int]]]:
-    """A target, an access, and up to 24 lane-address vectors mixing strides and random picks."""
+    """A target, an access, and up to 48 lane-address vectors mixing strides and random picks."""
     tgt = draw(st.sampled_from(TARGETS))
     kind = draw(st.sampled_from([READ, WRITE]))
     width = draw(st.sampled_from([1, 2, 4, 8, 16]))
     lanes = tgt.lanes
     vectors = []
-    for _ in range(draw(st.integers(1, 24))):
+    for _ in range(draw(st.integers(8, 48))):
         style = draw(st.sampled_from(["stride", "random", "few"]))
         if style == "stride":
             stride = draw(st.sampled_from([0, 1, 2, 4, 8, 16, 32, 33, 64, 128, 256]))
