@@ -68,17 +68,21 @@ class SwizzleMode(enum.Enum):
 
 
 class Major(enum.Enum):
-    """Which operand dim is contiguous in shared memory (PTX ISA: K-major / MN-major)."""
+    """Which operand dim is contiguous in shared memory (PTX ISA: K-major / MN-major).
 
-    K = enum.auto()
-    MN = enum.auto()
+    The value is wgmma's imm-trans bit for the operand (0: K-major, 1: MN-major);
+    ``tilekit.layout.wgmma`` uses this same enum.
+    """
+
+    K = 0
+    MN = 1
 
 
 class Operand(enum.Enum):
     """Which MMA operand a tile is: A is M x K (dim0 = M), B is K x N (dim0 = K)."""
 
-    A = enum.auto()
-    B = enum.auto()
+    A = 0
+    B = 1
 
 
 def _shape(shape: Sequence[int], what: str) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from itertools import product
 import numpy as np
 
 from tilekit.errors import LayoutError
+from tilekit.layout.shared import SwizzleMode
 from tilekit.layout.admissibility import (
     Alternative,
     AlternativeKind,
@@ -126,6 +127,12 @@ class Swizzle(enum.Enum):
     @property
     def is_atom_variant(self) -> bool:
         return self.code >= 4
+
+    @staticmethod
+    def from_mode(mode: SwizzleMode) -> Swizzle:
+        """The driver enumerator of a swizzle mode (the same XOR pattern, another encoding)."""
+        return {SwizzleMode.NONE: Swizzle.NONE, SwizzleMode.B32: Swizzle.B32,
+                SwizzleMode.B64: Swizzle.B64, SwizzleMode.B128: Swizzle.B128}[mode]
 
 
 class L2Promotion(enum.Enum):

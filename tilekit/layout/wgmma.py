@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilekit.errors import LayoutError
+from tilekit.layout.shared import Major, Operand, SwizzleMode
 from tilekit.layout.admissibility import (
     Alternative,
     AlternativeKind,
@@ -65,13 +66,6 @@ WARP = 32
 WARPS_PER_WARPGROUP = 4
 
 
-class Major(enum.Enum):
-    """Which dimension is contiguous in a core matrix; the value is the imm-trans bit."""
-
-    K = 0
-    MN = 1
-
-
 class WgmmaSwizzle(enum.Enum):
     """Descriptor swizzle modes; values are the descriptor's bits 62-63."""
 
@@ -79,6 +73,16 @@ class WgmmaSwizzle(enum.Enum):
     B128 = 1
     B64 = 2
     B32 = 3
+
+    @staticmethod
+    def from_mode(mode: SwizzleMode) -> WgmmaSwizzle:
+        """The descriptor code of a swizzle mode (the same XOR pattern, another encoding)."""
+        return {SwizzleMode.NONE: WgmmaSwizzle.NONE, SwizzleMode.B32: WgmmaSwizzle.B32,
+                SwizzleMode.B64: WgmmaSwizzle.B64, SwizzleMode.B128: WgmmaSwizzle.B128}[mode]
+
+    @property
+    def mode(self) -> SwizzleMode:
+        return SwizzleMode(0 if self is WgmmaSwizzle.NONE else self.span_bytes)
 
     @property
     def chunks(self) -> int:
@@ -133,11 +137,6 @@ class WgmmaType(enum.Enum):
         if self in (WgmmaType.S8, WgmmaType.U8):
             return n in (8, 16, 24) or (n % 16 == 0 and 32 <= n <= 256)
         return n % 8 == 0 and 8 <= n <= 256
-
-
-class Operand(enum.Enum):
-    A = 0
-    B = 1
 
 
 @dataclass(frozen=True)
