@@ -356,6 +356,22 @@ def side_threads(side: SharedAccess) -> list[int]:
     return list(side.layout.flat_columns[side.layout.in_dim_size_log2("register"):])
 
 
+def test_two_byte_accesses_keep_lanes_of_one_word_apart():
+    """Regression (found by fuzzing): with 2-byte accesses, lanes whose offsets differ only in
+    the half-word bit share a word, so the segment must also avoid that bit's direction; the
+    XOR family is conflict-free here and so must the construction be."""
+    outs = [("dim0", 4), ("dim1", 32)]
+    store = LinearLayout({"register": [], "lane": [(1, 0), (0, 1), (0, 2), (0, 4), (0, 8)],
+                          "warp": [(2, 0), (0, 16)]}, outs)
+    read = LinearLayout({"register": [(0, 1), (0, 2)],
+                         "lane": [(1, 0), (2, 0), (0, 4), (0, 8), (0, 16)], "warp": []}, outs)
+    sides = [SharedAccess(store, WRITE, 2, "s0"), SharedAccess(read, READ, 2, "s1")]
+    layout = optimal_swizzle(sides, 2, NVIDIA_SM80)
+    assert all(c.conflict_free for c in evaluate_shared_layout(sides, layout, 2, NVIDIA_SM80))
+    check_against_enumeration(evaluate_shared_layout(sides, layout, 2, NVIDIA_SM80), sides,
+                              layout, NVIDIA_SM80, 2)
+
+
 # ------------------------------------------------------------------------------ search behaviour
 
 

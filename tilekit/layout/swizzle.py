@@ -338,11 +338,12 @@ class _Side:
             return None
         access = self.access(vector_bits)
         images, phases = self.phase_span(vector_bits)
-        block = ~((1 << vector_bits) - 1)
+        # The lanes' offsets have no bits inside a vector block (vector_registers checked it):
+        # their blocks' bank words are the offsets scaled to words.
         shift = self.elem_bits - (self.target.bank_bytes.bit_length() - 1)
         words = []
         for image in images:
-            base = _xor_bits(image, inverse) & block
+            base = _xor_bits(image, inverse)
             words.append(base << shift if shift >= 0 else base >> -shift)
         bank_mask = self.target.bank_count(access) - 1
         exponent = _rank(words) - _rank([w & bank_mask for w in words])
