@@ -90,3 +90,12 @@ from tilekit.lang.tensor import TensorArg, TileView
 from tilekit.lang.tile import Tile
 
 __version__ = "0.1.0.dev0"
+
+
+def __getattr__(name: str) -> object:
+    # `tk.layout` imports the layout library (and islpy) only when first used.
+    if name == "layout":
+        import importlib
+
+        return importlib.import_module("tilekit.layout")
+    raise AttributeError(f"module 'tilekit' has no attribute {name!r}")
