@@ -24,8 +24,9 @@ Conventions, used everywhere in ``tilekit.layout``:
   matrix in this encoding: one int (a column) per input bit.
 
 Every question (rank, injectivity, inverse, composition) is answered by
-Gaussian elimination over F2 on ints used as bit sets: microseconds for
-real layouts, never enumeration, never ISL (DESIGN.md, "What ISL costs").
+Gaussian elimination over F2 on ints used as bit sets (the machinery is in
+``f2``; ``log2_exact`` is re-exported from there): microseconds for real
+layouts, never enumeration, never ISL (DESIGN.md, "What ISL costs").
 Layouts are immutable, hashable and compared structurally (dim order
 included); ``equivalent`` compares functions regardless of dim order.
 """
@@ -41,6 +42,8 @@ from typing import Any
 import numpy as np
 
 from tilekit.errors import LayoutError
+from tilekit.layout import f2
+from tilekit.layout.f2 import log2_exact
 
 __all__ = [
     "BLOCK",
@@ -67,20 +70,6 @@ Basis = tuple[int, ...]
 def standard_out_dims(rank: int) -> tuple[str, ...]:
     """The tensor-dim names of a rank-``rank`` tile: ``dim0`` .. ``dim{rank-1}``."""
     return tuple(f"dim{i}" for i in range(rank))
-
-
-def log2_exact(value: int, what: str) -> int:
-    """log2 of a positive power of two; a ``LayoutError`` naming ``what`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise LayoutError(f"{what} must be an int, got {value!r}")
-    value = int(value)
-    if value < 1 or value & (value - 1):
-        raise LayoutError(
-            f"{what} must be a positive power of two, got {value}",
-            hints=["F2-linear layouts cover power-of-two sizes only; use the integer "
-                   "(shape:stride / piecewise) layouts for other sizes"],
-        )
-    return value.bit_length() - 1
 
 
 def _dim_items(dims: DimSizes, what: str) -> tuple[tuple[str, int], ...]:
@@ -128,51 +117,6 @@ def _merge_orders(first: Sequence[str], second: Sequence[str]) -> tuple[str, ...
                        "come in the same relative order"],
             )
     return tuple(merged)
-
-
-class _Echelon:
-    """The span of a sequence of F2 columns in echelon form.
-
-    Each pivot (keyed by its leading bit) remembers which input columns XOR
-    to it. Columns are taken in order, so the kept (pivot-making) columns are
-    the earliest independent ones; a solution built from pivots uses kept
-    columns only, which makes it the numerically smallest preimage.
-    """
-
-    __slots__ = ("pivots", "kept_mask", "dependent")
-
-    def __init__(self, columns: Iterable[int]) -> None:
-        self.pivots: dict[int, tuple[int, int]] = {}
-        self.kept_mask = 0
-        # For each dependent column index: the combination of kept columns equal to it.
-        self.dependent: dict[int, int] = {}
-        for index, column in enumerate(columns):
-            remainder, combo = self._reduce(column)
-            if remainder:
-                self.pivots[remainder.bit_length() - 1] = (remainder, combo | (1 << index))
-                self.kept_mask |= 1 << index
-            else:
-                self.dependent[index] = combo
-
-    def _reduce(self, vector: int) -> tuple[int, int]:
-        combo = 0
-        pivots = self.pivots
-        while vector:
-            pivot = pivots.get(vector.bit_length() - 1)
-            if pivot is None:
-                break
-            vector ^= pivot[0]
-            combo ^= pivot[1]
-        return vector, combo
-
-    @property
-    def rank(self) -> int:
-        return len(self.pivots)
-
-    def solve(self, target: int) -> int | None:
-        """A set of columns (as a bit mask) XOR-ing to ``target``, or None if none does."""
-        remainder, combo = self._reduce(target)
-        return None if remainder else combo
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -238,7 +182,7 @@ class LinearLayout:
         columns: Sequence[int],
     ) -> LinearLayout:
         """Build from flat columns; ``in_bits`` gives each in dim's number of bits."""
-        shifts = _shifts(outs)
+        shifts = f2.field_shifts(size for _, size in outs)
         ins = []
         position = 0
         for name, bits in in_bits:
@@ -320,12 +264,7 @@ class LinearLayout:
                 f"matrix of shape {array.shape} does not fit {n_in} input bits and "
                 f"{n_out} output bits (expected shape {(n_out, n_in)})"
             )
-        if array.size and not np.isin(array, (0, 1)).all():
-            raise LayoutError("an F2 matrix holds only 0 and 1")
-        columns = [
-            sum(1 << row for row in range(n_out) if array[row, col]) for col in range(n_in)
-        ]
-        return cls._from_columns(in_bits, outs, columns)
+        return cls._from_columns(in_bits, outs, f2.matrix_to_columns(array))
 
     # ----------------------------------------------------------------- dims and bases
 
@@ -419,7 +358,7 @@ class LinearLayout:
 
     @cached_property
     def _shifts(self) -> tuple[tuple[int, int], ...]:
-        return _shifts(self._outs)
+        return f2.field_shifts(size for _, size in self._outs)
 
     def _join(self, image: Basis) -> int:
         flat = 0
@@ -440,8 +379,8 @@ class LinearLayout:
         return tuple((name, len(images)) for name, images in self._ins)
 
     @cached_property
-    def _echelon(self) -> _Echelon:
-        return _Echelon(self.flat_columns)
+    def _echelon(self) -> f2.Echelon:
+        return f2.Echelon(self.flat_columns)
 
     # ----------------------------------------------------------------- evaluation
 
@@ -468,7 +407,7 @@ class LinearLayout:
             value = int(value)
             if not 0 <= value < (1 << len(images)):
                 raise LayoutError(f"input {name}={value} is outside [0, {1 << len(images)})")
-            flat ^= _xor_selected(value, columns, position)
+            flat ^= f2.xor_selected(value, columns, position)
             position += len(images)
         return dict(zip(self.out_dims, self._split(flat), strict=True))
 
@@ -476,7 +415,7 @@ class LinearLayout:
         """The flat output of a flat input index (both in the first-dim-minor encoding)."""
         if not 0 <= index < self.total_in_size:
             raise LayoutError(f"flat input {index} is outside [0, {self.total_in_size})")
-        return _xor_selected(index, self.flat_columns)
+        return f2.xor_selected(index, self.flat_columns)
 
     def apply_array(self, inputs: Mapping[str, np.ndarray | int]) -> dict[str, np.ndarray]:
         """``apply`` over broadcastable integer arrays, vectorized (int64 results)."""
@@ -502,10 +441,7 @@ class LinearLayout:
     def _xor_columns(self, bits: Sequence[np.ndarray], shape: tuple[int, ...]) -> dict[str, Any]:
         if self.total_out_bits > 62:
             raise LayoutError(f"{self.total_out_bits} output bits do not fit numpy's int64")
-        acc = np.zeros(shape, dtype=np.int64)
-        for bit, column in zip(bits, self.flat_columns, strict=True):
-            if column:
-                acc ^= bit * column
+        acc = f2.xor_columns(bits, self.flat_columns, shape)
         return {name: (acc >> shift) & mask
                 for name, (shift, mask) in zip(self.out_dims, self._shifts, strict=True)}
 
@@ -569,7 +505,7 @@ class LinearLayout:
             for image in images:
                 flat = 0
                 for value, table in zip(image, outer_columns, strict=True):
-                    flat ^= _xor_selected(value, table)
+                    flat ^= f2.xor_selected(value, table)
                 columns.append(flat)
         return LinearLayout._from_columns(self._in_bits, outer._outs, columns)
 
@@ -637,12 +573,7 @@ class LinearLayout:
                 hints=["a right inverse exists only for surjective layouts; shrink the out "
                        "dims (resize_out_dim) or use invert_and_compose for partial images"],
             )
-        echelon = self._echelon
-        columns = []
-        for bit in range(self.total_out_bits):
-            combo = echelon.solve(1 << bit)
-            assert combo is not None  # surjective: every output bit is reached
-            columns.append(combo)
+        columns = self._echelon.right_inverse(self.total_out_bits)
         in_bits = tuple((name, size.bit_length() - 1) for name, size in self._outs)
         outs = tuple((name, 1 << len(images)) for name, images in self._ins)
         return LinearLayout._from_columns(in_bits, outs, columns)
@@ -882,11 +813,7 @@ class LinearLayout:
 
     def to_matrix(self) -> np.ndarray:
         """The 0/1 matrix (uint8): rows are output bits, columns input bits, first dims low."""
-        matrix = np.zeros((self.total_out_bits, self.total_in_bits), dtype=np.uint8)
-        for col, column in enumerate(self.flat_columns):
-            for row in range(self.total_out_bits):
-                matrix[row, col] = column >> row & 1
-        return matrix
+        return f2.columns_to_matrix(self.flat_columns, self.total_out_bits)
 
     def __repr__(self) -> str:
         bases = {name: [list(image) for image in images] for name, images in self._ins}
@@ -904,25 +831,6 @@ class LinearLayout:
         outs = ", ".join(f"{name} (size {size})" for name, size in self._outs)
         lines.append(f"where out dims are: [{outs}]")
         return "\n".join(lines)
-
-
-def _shifts(outs: Sequence[tuple[str, int]]) -> tuple[tuple[int, int], ...]:
-    shifts = []
-    position = 0
-    for _, size in outs:
-        shifts.append((position, size - 1))
-        position += size.bit_length() - 1
-    return tuple(shifts)
-
-
-def _xor_selected(mask: int, table: Sequence[int], start: int = 0) -> int:
-    """XOR of ``table[start + i]`` over the set bits ``i`` of ``mask``: a matrix-vector product."""
-    acc = 0
-    while mask:
-        low = mask & -mask
-        acc ^= table[start + low.bit_length() - 1]
-        mask ^= low
-    return acc
 
 
 def _check_permutation(order: Sequence[str], names: Sequence[str], kind: str) -> None:
