@@ -8,7 +8,10 @@ column is row ``r``, the first column is the lowest input bit.
 
 Split out of ``linear`` unchanged: the same elimination order, so the same
 pivots, the same (numerically smallest) preimages and the same error
-messages. ``linear`` re-exports ``log2_exact``.
+messages. ``linear`` re-exports ``log2_exact``. ``Span``, ``rank`` and
+``invert`` (no bookkeeping of combinations, for the swizzle search's inner
+loops) come unchanged from ``swizzle``, whose ``_xor_bits`` was
+``xor_selected``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from tilekit.errors import LayoutError
 
 __all__ = [
     "Echelon",
+    "Span",
     "columns_to_matrix",
     "field_shifts",
+    "invert",
     "log2_exact",
     "matrix_to_columns",
+    "rank",
     "xor_columns",
     "xor_selected",
 ]
@@ -148,3 +154,71 @@ def matrix_to_columns(array: np.ndarray) -> list[int]:
         raise LayoutError("an F2 matrix holds only 0 and 1")
     rows, cols = array.shape
     return [sum(1 << row for row in range(rows) if array[row, col]) for col in range(cols)]
+
+
+# ------------------------------------------------------ spans and square inverses (swizzle search)
+
+
+class Span:
+    """A subspace of F2^n as an echelon basis of ints: membership and growth in O(rank)."""
+
+    __slots__ = ("pivots",)
+
+    def __init__(self, vectors: Sequence[int] = ()) -> None:
+        self.pivots: dict[int, int] = {}
+        for vector in vectors:
+            self.add(vector)
+
+    def reduce(self, vector: int) -> int:
+        pivots = self.pivots
+        while vector:
+            pivot = pivots.get(vector.bit_length() - 1)
+            if pivot is None:
+                return vector
+            vector ^= pivot
+        return 0
+
+    def add(self, vector: int) -> bool:
+        rest = self.reduce(vector)
+        if rest:
+            self.pivots[rest.bit_length() - 1] = rest
+        return bool(rest)
+
+    def __contains__(self, vector: int) -> bool:
+        return not self.reduce(vector)
+
+    def copy(self) -> Span:
+        clone = Span()
+        clone.pivots = dict(self.pivots)
+        return clone
+
+
+def rank(vectors: Sequence[int]) -> int:
+    """The dimension of the span of ``vectors``."""
+    return len(Span(vectors).pivots)
+
+
+def invert(columns: Sequence[int]) -> list[int] | None:
+    """The inverse of a square F2 matrix given by columns (image of each input bit), or None."""
+    pivots: dict[int, tuple[int, int]] = {}
+    for index, column in enumerate(columns):
+        vector, combo = column, 1 << index
+        while vector:
+            top = vector.bit_length() - 1
+            if top not in pivots:
+                pivots[top] = (vector, combo)
+                break
+            pivot, pivot_combo = pivots[top]
+            vector ^= pivot
+            combo ^= pivot_combo
+        else:
+            return None
+    inverse = []
+    for bit in range(len(columns)):
+        vector, combo = 1 << bit, 0
+        while vector:
+            pivot, pivot_combo = pivots[vector.bit_length() - 1]
+            vector ^= pivot
+            combo ^= pivot_combo
+        inverse.append(combo)
+    return inverse

@@ -20,7 +20,9 @@ phase form an affine space and every bank holds ``2**e`` of them, ``e =
 rank(words) - rank(bank bits of words)``. The same ``e`` holds for every
 phase and instruction, so a candidate costs a few ranks of ~16-bit ints.
 ``evaluate_shared_layout`` exposes that count; the tests check it against
-``banks.count_layout_transactions``, which enumerates lanes.
+``banks.count_layout_transactions``, which enumerates lanes. The cost model
+(``SharedAccess``, ``SideCost``, ``evaluate_shared_layout``) lives in
+``swizzle_cost`` and is re-exported here; this module constructs and searches.
 
 The construction: the lowest offset bits ``V`` are register bases the sides
 share (the vector; also tried widened, tier by tier, to the registers of
@@ -45,26 +47,12 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tilekit.errors import LayoutError
-from tilekit.layout.banks import (
-    Access,
-    AccessKind,
-    Target,
-    Vendor,
-    phase_basis,
-    vector_registers,
-)
-from tilekit.layout.linear import (
-    LANE,
-    OFFSET,
-    REGISTER,
-    WARP,
-    LinearLayout,
-    log2_exact,
-    standard_out_dims,
-)
+from tilekit.layout import f2
+from tilekit.layout.banks import Target, Vendor
+from tilekit.layout.linear import OFFSET, LinearLayout, standard_out_dims
 from tilekit.layout.shared import (
     Major,
     Operand,
@@ -72,6 +60,14 @@ from tilekit.layout.shared import (
     nvidia_swizzle,
     swizzled_shared,
     unswizzled,
+)
+from tilekit.layout.swizzle_cost import (
+    ModelledSide,
+    SharedAccess,
+    SideCost,
+    evaluate_shared_layout,
+    model_sides,
+    side_costs,
 )
 
 __all__ = [
@@ -99,23 +95,6 @@ class SwizzleFamily(enum.Enum):
 
 DEFAULT_FAMILIES = frozenset({SwizzleFamily.UNSWIZZLED, SwizzleFamily.CLASSIC,
                               SwizzleFamily.OPTIMAL})
-
-
-@dataclass(frozen=True)
-class SharedAccess:
-    """One side of a shared buffer: who touches it, with which instruction, how wide at most.
-
-    ``layout`` maps (register, lane[, warp]) to the tile; for ``LDMATRIX`` /
-    ``STMATRIX`` / ``CORE_MATRIX`` it is the access layout whose lanes are
-    row addresses (``banks.ldmatrix_access``, ``banks.core_matrix_access``).
-    ``lanes`` limits the participating lanes (ldmatrix .x1/.x2).
-    """
-
-    layout: LinearLayout
-    kind: AccessKind
-    max_width_bytes: int = 16
-    label: str = ""
-    lanes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -151,29 +130,6 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class SideCost:
-    """What one side pays under a shared layout, summed over all its warps."""
-
-    label: str
-    access: Access  # the instruction it uses (kind, vector width)
-    instructions: int
-    wavefronts: int
-    ideal: int  # wavefronts of the same instructions without conflicts
-
-    @property
-    def vector_bytes(self) -> int:
-        return self.access.width_bytes
-
-    @property
-    def excess(self) -> int:
-        return self.wavefronts - self.ideal
-
-    @property
-    def conflict_free(self) -> bool:
-        return self.excess == 0
-
-
-@dataclass(frozen=True)
 class SwizzlePlan:
     """The chosen shared layout, what each side pays under it, and why it won."""
 
@@ -200,216 +156,6 @@ class SwizzlePlan:
         return all(side.conflict_free for side in self.sides)
 
 
-# --------------------------------------------------------------------------- F2 on ints
-
-
-class _Span:
-    """A subspace of F2^n as an echelon basis of ints: membership and growth in O(rank)."""
-
-    __slots__ = ("pivots",)
-
-    def __init__(self, vectors: Sequence[int] = ()) -> None:
-        self.pivots: dict[int, int] = {}
-        for vector in vectors:
-            self.add(vector)
-
-    def reduce(self, vector: int) -> int:
-        pivots = self.pivots
-        while vector:
-            pivot = pivots.get(vector.bit_length() - 1)
-            if pivot is None:
-                return vector
-            vector ^= pivot
-        return 0
-
-    def add(self, vector: int) -> bool:
-        rest = self.reduce(vector)
-        if rest:
-            self.pivots[rest.bit_length() - 1] = rest
-        return bool(rest)
-
-    def __contains__(self, vector: int) -> bool:
-        return not self.reduce(vector)
-
-    def copy(self) -> _Span:
-        clone = _Span()
-        clone.pivots = dict(self.pivots)
-        return clone
-
-
-def _rank(vectors: Sequence[int]) -> int:
-    return len(_Span(vectors).pivots)
-
-
-def _xor_bits(value: int, table: Sequence[int]) -> int:
-    acc = 0
-    while value:
-        low = value & -value
-        acc ^= table[low.bit_length() - 1]
-        value ^= low
-    return acc
-
-
-def _invert(columns: Sequence[int]) -> list[int] | None:
-    """The inverse of a square F2 matrix given by columns (image of each input bit), or None."""
-    pivots: dict[int, tuple[int, int]] = {}
-    for index, column in enumerate(columns):
-        vector, combo = column, 1 << index
-        while vector:
-            top = vector.bit_length() - 1
-            if top not in pivots:
-                pivots[top] = (vector, combo)
-                break
-            pivot, pivot_combo = pivots[top]
-            vector ^= pivot
-            combo ^= pivot_combo
-        else:
-            return None
-    inverse = []
-    for bit in range(len(columns)):
-        vector, combo = 1 << bit, 0
-        while vector:
-            pivot, pivot_combo = pivots[vector.bit_length() - 1]
-            vector ^= pivot
-            combo ^= pivot_combo
-        inverse.append(combo)
-    return inverse
-
-
-# --------------------------------------------------------------------------- one side, modelled
-
-
-@dataclass
-class _Side:
-    """A side's bases as flat tile ints (dim0 lowest), ready to be costed against layouts."""
-
-    spec: SharedAccess
-    registers: tuple[int, ...]  # zero images dropped, except for fixed-row kinds (order matters)
-    lanes: tuple[int, ...]
-    warp_images: tuple[int, ...]
-    max_vector_bits: int
-    target: Target
-    elem_bits: int
-    _phase_images: dict[int, tuple[tuple[int, ...], int]] = field(default_factory=dict)
-
-    @property
-    def fixed(self) -> bool:
-        return self.spec.kind.fixed_rows
-
-    @property
-    def warps(self) -> int:
-        return 1 << len(self.warp_images)
-
-    @property
-    def live_registers(self) -> int:
-        return sum(1 for r in self.registers if r)
-
-    def access(self, vector_bits: int) -> Access:
-        return Access(self.spec.kind, 1 << (vector_bits + self.elem_bits), self.spec.lanes)
-
-    def phase_span(self, vector_bits: int) -> tuple[tuple[int, ...], int]:
-        """Tile images spanning one phase at this vector width, and the number of phases."""
-        cached = self._phase_images.get(vector_bits)
-        if cached is None:
-            phases = self.target.phases(self.access(vector_bits))
-            basis = phase_basis(phases)
-            if basis is None:
-                raise LayoutError(
-                    f"{self.target.name}'s phases for {self.access(vector_bits)} are not cosets "
-                    "of one lane subspace; the F2 cost model does not apply"
-                )
-            cached = (tuple(_xor_bits(p, self.lanes) for p in basis), len(phases))
-            self._phase_images[vector_bits] = cached
-        return cached
-
-    def vector_options(self) -> range:
-        if self.fixed:
-            return range(self.max_vector_bits, self.max_vector_bits - 1, -1)
-        return range(self.max_vector_bits, -1, -1)
-
-    def cost(self, inverse: Sequence[int]) -> SideCost | None:
-        """What this side pays under the shared layout whose inverse columns are ``inverse``."""
-        offsets = [_xor_bits(r, inverse) for r in self.registers]
-        threads = [_xor_bits(t, inverse) for t in (*self.lanes, *self.warp_images)]
-        for vector_bits in self.vector_options():
-            if vector_registers(offsets, vector_bits, self.fixed, threads) is not None:
-                break
-        else:
-            return None
-        access = self.access(vector_bits)
-        images, phases = self.phase_span(vector_bits)
-        # The lanes' offsets have no bits inside a vector block (vector_registers checked it):
-        # their blocks' bank words are the offsets scaled to words.
-        shift = self.elem_bits - (self.target.bank_bytes.bit_length() - 1)
-        words = []
-        for image in images:
-            base = _xor_bits(image, inverse)
-            words.append(base << shift if shift >= 0 else base >> -shift)
-        bank_mask = self.target.bank_count(access) - 1
-        exponent = _rank(words) - _rank([w & bank_mask for w in words])
-        instructions = self.warps << (self.live_registers - vector_bits)
-        ideal = instructions * phases
-        return SideCost(self.spec.label, access, instructions, ideal << exponent, ideal)
-
-
-def _flat(image: Sequence[int], shifts: Sequence[int]) -> int:
-    return sum(value << shift for value, shift in zip(image, shifts, strict=True))
-
-
-def _model_side(
-    spec: SharedAccess, shape: tuple[int, ...], elem_bits: int, target: Target
-) -> _Side:
-    layout = spec.layout
-    rank = len(shape)
-    dims = standard_out_dims(rank)
-    if set(layout.out_dims) != set(dims) or any(
-        layout.out_dim_size(d) != size for d, size in zip(dims, shape, strict=True)
-    ):
-        raise LayoutError(
-            f"side {spec.label or spec.kind.name} covers {layout.out_dim_sizes}, not the "
-            f"{list(shape)} tile",
-            hints=["every side must describe the same tile (dims dim0, dim1, ...)"],
-        )
-    for name in (REGISTER, LANE):
-        if not layout.has_in_dim(name):
-            raise LayoutError(f"side {spec.label or spec.kind.name} has no {name!r} dim")
-    if layout.in_dim_size(LANE) != target.lanes:
-        raise LayoutError(
-            f"side {spec.label or spec.kind.name} has {layout.in_dim_size(LANE)} lanes; a "
-            f"{target.name} warp has {target.lanes}"
-        )
-    layout = layout.transpose_outs(dims)
-    shifts = [sum(s.bit_length() - 1 for s in shape[:k]) for k in range(rank)]
-    registers = [_flat(image, shifts) for image in layout.bases[REGISTER]]
-    if not spec.kind.fixed_rows:
-        registers = [r for r in registers if r]
-    lanes = tuple(_flat(image, shifts) for image in layout.bases[LANE])
-    warps = tuple(_flat(image, shifts) for image in layout.bases.get(WARP, ()))
-    log2_exact(spec.max_width_bytes, "max_width_bytes")
-    widest = 16 if spec.kind.fixed_rows else spec.max_width_bytes
-    if widest < 1 << elem_bits or widest > 16:
-        raise LayoutError(
-            f"side {spec.label or spec.kind.name}: a {widest}-byte access cannot move "
-            f"{1 << elem_bits}-byte elements",
-            hints=["accesses move 1 to 16 bytes per lane"],
-        )
-    if not target.supports(Access(spec.kind, widest, spec.lanes)):
-        target.phases(Access(spec.kind, widest, spec.lanes))  # raises, naming what is modelled
-    return _Side(spec, tuple(registers), lanes, warps, (widest >> elem_bits).bit_length() - 1,
-                 target, elem_bits)
-
-
-def _tile_shape(sides: Sequence[SharedAccess]) -> tuple[int, ...]:
-    if not sides:
-        raise LayoutError("a shared buffer needs at least one side that writes or reads it")
-    first = sides[0].layout
-    rank = len(first.out_dims)
-    dims = standard_out_dims(rank)
-    if set(first.out_dims) != set(dims):
-        raise LayoutError(f"tile dims must be named dim0..dim{rank - 1}, got {first.out_dims}")
-    return tuple(first.out_dim_size(d) for d in dims)
-
-
 # --------------------------------------------------------------------------- the F2 construction
 
 
@@ -429,7 +175,7 @@ def _segment_pool(n: int, sides: int) -> list[int]:
     return pool
 
 
-def _shared_vector(sides: Sequence[_Side], widen: tuple[int, ...] = ()) -> list[int] | None:
+def _shared_vector(sides: Sequence[ModelledSide], widen: tuple[int, ...] = ()) -> list[int] | None:
     """The lowest offset bits: register images the sides share (a fixed-row side dictates them).
 
     ``widen`` ranks some sides: after what all sides share come the
@@ -443,7 +189,7 @@ def _shared_vector(sides: Sequence[_Side], widen: tuple[int, ...] = ()) -> list[
             return None
         return vector
 
-    def shared_by(group: Sequence[_Side]) -> list[int]:
+    def shared_by(group: Sequence[ModelledSide]) -> list[int]:
         held = [set(s.registers) for s in group[1:]]
         return [r for r in group[0].registers if all(r in h for h in held)]
 
@@ -453,11 +199,11 @@ def _shared_vector(sides: Sequence[_Side], widen: tuple[int, ...] = ()) -> list[
         cap = min(s.max_vector_bits for s in group)
         vector = vector[:max(cap, len(vector) if size == len(widen) else 0)]
         vector += [r for r in shared_by(group) if r not in vector][:max(0, cap - len(vector))]
-    span = _Span()
+    span = f2.Span()
     return vector if all(span.add(v) for v in vector) else None
 
 
-def _widenings(sides: Sequence[_Side]) -> list[tuple[int, ...]]:
+def _widenings(sides: Sequence[ModelledSide]) -> list[tuple[int, ...]]:
     """Rankings of sides that widen the shared vector tier by tier, one per distinct vector."""
     rankings = [(), *itertools.permutations(range(len(sides)))] if len(sides) > 1 else [()]
     seen: set[tuple[int, ...] | None] = set()
@@ -471,7 +217,7 @@ def _widenings(sides: Sequence[_Side]) -> list[tuple[int, ...]]:
     return distinct
 
 
-def _vector_bits(side: _Side, vector: Sequence[int]) -> int:
+def _vector_bits(side: ModelledSide, vector: Sequence[int]) -> int:
     """How much of ``vector`` (a prefix) ``side`` holds in registers, up to its widest access."""
     held = set(side.registers)
     bits = 0
@@ -482,7 +228,7 @@ def _vector_bits(side: _Side, vector: Sequence[int]) -> int:
     return bits
 
 
-def _threads(side: _Side, bits: int) -> list[int]:
+def _threads(side: ModelledSide, bits: int) -> list[int]:
     """Images that must not move inside a vector block: lanes, warps, a fixed side's repeats."""
     images = [*side.lanes, *side.warp_images]
     if side.fixed:
@@ -491,7 +237,7 @@ def _threads(side: _Side, bits: int) -> list[int]:
 
 
 def _optimal_columns(
-    sides: Sequence[_Side], shape: tuple[int, ...], elem_bits: int, target: Target,
+    sides: Sequence[ModelledSide], shape: tuple[int, ...], elem_bits: int, target: Target,
     widen: tuple[int, ...] = (),
 ) -> list[int] | None:
     """Offset-bit columns of the Linear Layouts swizzle (module docstring), or None.
@@ -506,7 +252,7 @@ def _optimal_columns(
     vector = _shared_vector(sides, widen)
     if vector is None:
         return None
-    independent = _Span(vector)
+    independent = f2.Span(vector)
     # One bank line (banks x bank width) of the narrowest-banked side: offset bits above it pick
     # the line; for a side with more banks they are a superset of its segment, so conflict-free
     # there is conflict-free for it too (gfx950 reads see 64 banks, its writes 32).
@@ -533,12 +279,12 @@ def _optimal_columns(
     for side in sides:
         bits = _vector_bits(side, vector)
         images, phases = side.phase_span(bits)
-        hits.append(_Span([*images, *vector[:bits], *within]))
+        hits.append(f2.Span([*images, *vector[:bits], *within]))
         exponents.append(0)
         weights.append(side.warps * phases << max(0, side.live_registers - bits))
         reach = [*_threads(side, bits), *within]
-        if bits and _rank(reach + vector[:bits]) == _rank(reach) + bits:
-            guards.append((_Span(reach), _Span([*reach, *vector[:bits]])))
+        if bits and f2.rank(reach + vector[:bits]) == f2.rank(reach) + bits:
+            guards.append((f2.Span(reach), f2.Span([*reach, *vector[:bits]])))
 
     segment: list[int] = []
     for _ in range(segment_count):
@@ -567,7 +313,7 @@ def _optimal_columns(
             reach_and_vector.add(best)
 
     threads = [t for side in order for t in _threads(side, _vector_bits(side, vector))]
-    reach = _Span([*threads, *within, *segment])
+    reach = f2.Span([*threads, *within, *segment])
     bank = [u for u in units if u in reach and independent.add(u)]
     bank += [t for t in threads if independent.add(t)]
     bank += [u for u in units if independent.add(u)]
@@ -583,16 +329,6 @@ def _columns_to_layout(columns: Sequence[int], shape: tuple[int, ...]) -> Linear
                                                   strict=True)))
 
 
-def _prepare(
-    sides: Sequence[SharedAccess], elem_bytes: int, target: Target
-) -> tuple[tuple[int, ...], int, list[_Side]]:
-    shape = _tile_shape(sides)
-    elem_bits = log2_exact(elem_bytes, "element size")
-    if elem_bytes > 16:
-        raise LayoutError(f"{elem_bytes}-byte elements are wider than any shared access")
-    return shape, elem_bits, [_model_side(s, shape, elem_bits, target) for s in sides]
-
-
 def optimal_swizzle(
     sides: Sequence[SharedAccess], elem_bytes: int, target: Target
 ) -> LinearLayout:
@@ -605,12 +341,12 @@ def optimal_swizzle(
     proper group of sides; the cheapest result is returned. A ``LayoutError`` if the
     sides' fixed 16-byte rows (ldmatrix, wgmma) disagree.
     """
-    shape, elem_bits, modelled = _prepare(sides, elem_bytes, target)
+    shape, elem_bits, modelled = model_sides(sides, elem_bytes, target)
     best: tuple[tuple[int, int], list[int]] | None = None
     for widen in _widenings(modelled):
         columns = _optimal_columns(modelled, shape, elem_bits, target, widen)
-        inverse = _invert(columns) if columns is not None else None
-        costs = _costs(modelled, inverse) if inverse is not None else None
+        inverse = f2.invert(columns) if columns is not None else None
+        costs = side_costs(modelled, inverse) if inverse is not None else None
         if columns is not None and costs is not None and (best is None or _score(costs) < best[0]):
             best = (_score(costs), columns)
     if best is None:
@@ -707,16 +443,6 @@ def _build(candidate: Candidate, shape: tuple[int, ...], elem_bytes: int) -> Lin
     raise AssertionError("optimal candidates are built from columns")
 
 
-def _costs(modelled: Sequence[_Side], inverse: Sequence[int]) -> tuple[SideCost, ...] | None:
-    costs = []
-    for side in modelled:
-        cost = side.cost(inverse)
-        if cost is None:
-            return None
-        costs.append(cost)
-    return tuple(costs)
-
-
 def _score(costs: Sequence[SideCost]) -> tuple[int, int]:
     return sum(c.instructions for c in costs), sum(c.wavefronts for c in costs)
 
@@ -728,28 +454,6 @@ def _summary(costs: Sequence[SideCost]) -> str:
     conflicts = ("conflict-free" if wavefronts == ideal
                  else f"{wavefronts - ideal} over the conflict-free {ideal}")
     return f"vectors {widths} ({instructions} instructions), {wavefronts} wavefronts ({conflicts})"
-
-
-def evaluate_shared_layout(
-    sides: Sequence[SharedAccess], shared: LinearLayout, elem_bytes: int, target: Target
-) -> tuple[SideCost, ...]:
-    """What each side pays under ``shared``, by the F2 count (widest vector each side can use)."""
-    shape, _, modelled = _prepare(sides, elem_bytes, target)
-    if shared.in_dims != (OFFSET,) or shared.out_dim_sizes != dict(
-        zip(standard_out_dims(len(shape)), shape, strict=True)
-    ):
-        raise LayoutError(f"the shared layout does not map {OFFSET!r} onto the {list(shape)} tile")
-    inverse = _invert(shared.transpose_outs(standard_out_dims(len(shape))).flat_columns)
-    if inverse is None:
-        raise LayoutError("the shared layout is not a bijection: it has no address function")
-    costs = _costs(modelled, inverse)
-    if costs is None:
-        bad = next(s for s in modelled if s.cost(inverse) is None)
-        raise LayoutError(
-            f"side {bad.spec.label or bad.spec.kind.name} needs each lane's 16-byte row "
-            "contiguous and in order, and this shared layout does not keep it so"
-        )
-    return costs
 
 
 def synthesize_swizzle(
@@ -765,7 +469,7 @@ def synthesize_swizzle(
     earlier. Raises a ``LayoutError`` when no candidate lets every side
     issue its instruction (a fixed-row side whose rows no layout keeps).
     """
-    shape, elem_bits, modelled = _prepare(sides, elem_bytes, target)
+    shape, elem_bits, modelled = model_sides(sides, elem_bytes, target)
     families = frozenset(families)
     if not families:
         raise LayoutError("no swizzle family to choose from")
@@ -805,8 +509,8 @@ def synthesize_swizzle(
             continue
         seen[key] = [candidate]
         considered += 1
-        inverse = _invert(columns)
-        costs = _costs(modelled, inverse) if inverse is not None else None
+        inverse = f2.invert(columns)
+        costs = side_costs(modelled, inverse) if inverse is not None else None
         if costs is None:
             continue
         score = _score(costs)
