@@ -60,7 +60,7 @@ def test_cleanup_keeps_results_and_zero_trip_loops_do_not_fault() -> None:
     def k(X: tk.Tensor, Out: tk.Tensor, n, d, BLOCK: tk.constexpr):
         offs = tk.arange(BLOCK)
         acc = tk.zeros((BLOCK,), tk.float32)
-        for i in tk.range(n):
+        for _ in tk.range(n):
             scale = tk.exp(tk.zeros((BLOCK,), tk.float32) + 1.0)
             acc += tk.load(X, offs) * scale + (offs // d).to(tk.float32)
         tk.store(Out, offs, acc)

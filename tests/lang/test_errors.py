@@ -691,7 +691,8 @@ def test_kernel_returning_a_value() -> None:
 def test_out_of_bounds_load() -> None:
     x = np.zeros(10, np.float32)
     with expect(MemoryAccessError, "`load` out of bounds in program (2, 0, 0): element offset "
-                "10 (index (10,)) is outside `X` of shape (10,) (at position (2,) of the tile)", "oob-load",
+                "10 (index (10,)) is outside `X` of shape (10,) (at position (2,) of the tile)",
+                "oob-load",
                 hint="mask the access"):
         scale[3](x, np.zeros(12, np.float32), 2.0, N=4)
     # The line named is the kernel's `tk.load`, not the launch.

@@ -125,7 +125,8 @@ class Block:
 
     __slots__ = ("args", "ops", "parent")
 
-    def __init__(self, arg_types: Sequence[Type] = (), arg_names: Sequence[str | None] = ()) -> None:
+    def __init__(self, arg_types: Sequence[Type] = (),
+                 arg_names: Sequence[str | None] = ()) -> None:
         names = list(arg_names) + [None] * (len(arg_types) - len(arg_names))
         self.args = [BlockArgument(t, self, i, n) for i, (t, n) in enumerate(zip(arg_types, names))]
         self.ops: list[Operation] = []

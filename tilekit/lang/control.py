@@ -171,7 +171,8 @@ class _BodyScope:
 class _LoopTrace(_BodyScope):
     kind = "loop"
 
-    def __init__(self, frame: FrameType, loc: SourceLoc | None, bounds: tuple[Any, Any, Any]) -> None:
+    def __init__(self, frame: FrameType, loc: SourceLoc | None,
+                 bounds: tuple[Any, Any, Any]) -> None:
         super().__init__(frame, loc)
         self.bounds = bounds
         self.entered = False
@@ -252,7 +253,7 @@ class _LoopTrace(_BodyScope):
         # Unchanged provisional arguments read the outer value again.
         restore: dict[int, Value] = {}
         dead: list[BlockArgument] = []
-        for tile, outer, arg in self.provisional.values():
+        for _tile, outer, arg in self.provisional.values():
             if id(arg) not in carried:
                 replace_uses(self.block.ops, arg, outer)
                 dead.append(arg)

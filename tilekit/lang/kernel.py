@@ -22,16 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilekit.errors import LaunchError, SourceLoc, TraceError, user_loc
+from tilekit.ir.cleanup import CSE, HOIST
 from tilekit.ir.core import Module
 from tilekit.ir.dtypes import DType
-from tilekit.ir.cleanup import CSE, HOIST
 from tilekit.ir.passes import DCE, PassManager, dump, should_dump
 from tilekit.ir.types import TensorType, TileType
 from tilekit.ir.verifier import verify
 from tilekit.lang import control, tracer
 from tilekit.lang.tensor import TensorArg
 from tilekit.lang.tile import Tile
-
 
 # The pipeline every kernel runs before a backend sees it.
 DEFAULT_PASSES = (CSE, HOIST, DCE)

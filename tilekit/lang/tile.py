@@ -120,7 +120,8 @@ class Tile:
 
     def __bool__(self) -> bool:
         raise TraceError(
-            f"a runtime {'scalar' if self.ndim == 0 else 'tile'} value was used as a Python condition (`if`, `while`, `and`, `or`, "
+            f"a runtime {'scalar' if self.ndim == 0 else 'tile'} value was used as a Python "
+            "condition (`if`, `while`, `and`, `or`, "
             "`not` or `assert`)", user_loc(),
             hints=["for values: tk.where(cond, a, b)",
                    "for effects: `with tk.when(cond):` (cond a scalar)",
@@ -191,7 +192,8 @@ class Tile:
     def __isub__(self, o: Any) -> Tile: return self._update(semantics.binary("sub", self, o))
     def __imul__(self, o: Any) -> Tile: return self._update(semantics.binary("mul", self, o))
     def __itruediv__(self, o: Any) -> Tile: return self._update(semantics.binary("div", self, o))
-    def __ifloordiv__(self, o: Any) -> Tile: return self._update(semantics.binary("floordiv", self, o))
+    def __ifloordiv__(self, o: Any) -> Tile:
+        return self._update(semantics.binary("floordiv", self, o))
     def __imod__(self, o: Any) -> Tile: return self._update(semantics.binary("mod", self, o))
     def __iand__(self, o: Any) -> Tile: return self._update(semantics.binary("and", self, o))
     def __ior__(self, o: Any) -> Tile: return self._update(semantics.binary("or", self, o))
@@ -219,10 +221,12 @@ class Tile:
         return semantics.bitcast(self, dtype)
 
     def reshape(self, *shape: Any) -> Tile:
-        return semantics.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape)
+        one = len(shape) == 1 and isinstance(shape[0], tuple)
+        return semantics.reshape(self, shape[0] if one else shape)
 
     def permute(self, *order: Any) -> Tile:
-        return semantics.permute(self, order[0] if len(order) == 1 and isinstance(order[0], tuple) else order)
+        one = len(order) == 1 and isinstance(order[0], tuple)
+        return semantics.permute(self, order[0] if one else order)
 
     @property
     def T(self) -> Tile:

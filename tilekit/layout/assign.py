@@ -46,13 +46,17 @@ from tilekit.layout.distributed import (
 from tilekit.layout.linear import LinearLayout
 from tilekit.layout.shared import Major, Operand, SwizzleMode, nvidia_swizzle
 from tilekit.layout.swizzle import SharedAccess, SwizzleFamily, SwizzlePlan, synthesize_swizzle
-from tilekit.layout.tma import GlobalTensor, Swizzle, TmaDescriptorParams, TmaRequest
-from tilekit.layout.tma import tma_admissibility
+from tilekit.layout.tma import (
+    GlobalTensor,
+    Swizzle,
+    TmaDescriptorParams,
+    TmaRequest,
+    tma_admissibility,
+)
 from tilekit.layout.vectorize import TensorFacts, VectorPlan, vector_width
 from tilekit.layout.wgmma import (
     WgmmaDescriptor,
     WgmmaOperandSpec,
-    WgmmaSwizzle,
     WgmmaType,
     wgmma_admissibility,
 )

@@ -46,7 +46,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilekit.errors import LayoutError
-from tilekit.layout.shared import Major, Operand, SwizzleMode
 from tilekit.layout.admissibility import (
     Alternative,
     AlternativeKind,
@@ -58,6 +57,7 @@ from tilekit.layout.admissibility import (
     rank_alternatives,
     xor_swizzle,
 )
+from tilekit.layout.shared import Major, Operand, SwizzleMode
 
 WGMMA_ARCH = 90  # sm_90a
 SHARED_WINDOW = 1 << 18  # matrix-descriptor-encode keeps 18 address bits

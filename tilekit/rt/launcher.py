@@ -61,7 +61,8 @@ def specialize_arguments(
                     f"(int, float, bool, str, dtype or tuple), got {type(value).__name__}", loc,
                     hints=["remove the tk.constexpr annotation to pass it at run time"])
             specs.append((param.name, ConstSpec(value)))
-        elif kind is ParamKind.TENSOR or (kind is ParamKind.ANY and not isinstance(value, _SCALARS)):
+        elif kind is ParamKind.TENSOR or (kind is ParamKind.ANY
+                                          and not isinstance(value, _SCALARS)):
             if isinstance(value, _SCALARS):
                 raise LaunchError(f"`{param.name}` is a tk.Tensor parameter, got the scalar "
                                   f"{value!r}", loc)

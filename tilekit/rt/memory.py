@@ -71,7 +71,8 @@ class TensorBinding:
         if host.span == 0:
             return np.empty(0, dtype=arr.dtype), 0
         # Start at the lowest addressed element (the last index along negative strides).
-        low = tuple(slice(n - 1, n) if st < 0 else slice(0, 1) for n, st in zip(arr.shape, host.strides))
+        low = tuple(slice(n - 1, n) if st < 0 else slice(0, 1)
+                    for n, st in zip(arr.shape, host.strides))
         corner = arr[low]
         flat = np.lib.stride_tricks.as_strided(corner, shape=(host.span,),
                                                strides=(arr.dtype.itemsize,),

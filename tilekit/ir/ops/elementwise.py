@@ -223,8 +223,10 @@ define(
 def _infer_bitcast(sig: Signature) -> list[TileType]:
     x = tile(sig, "x")
     dtype = sig.attr("dtype")
-    if not isinstance(dtype, DType) or dtype.bits != x.dtype.bits or dtype.is_bool or x.dtype.is_bool:
-        raise OpTypeError(f"bitcast needs a non-bool type of the same width as {x.dtype}, got {dtype}")
+    if (not isinstance(dtype, DType) or dtype.bits != x.dtype.bits or dtype.is_bool
+            or x.dtype.is_bool):
+        raise OpTypeError(f"bitcast needs a non-bool type of the same width as {x.dtype}, "
+                          f"got {dtype}")
     return [TileType(x.shape, dtype)]
 
 

@@ -35,7 +35,8 @@ def _infer_tensor_scalar(sig: Signature) -> list[TileType]:
 
 define(
     "dim", ["tensor"], _infer_tensor_scalar,
-    lambda ctx, op, args: [np.asarray(args[0].shape[op.attrs["axis"]], dtype=op.result.type.dtype.np)],
+    lambda ctx, op, args: [np.asarray(args[0].shape[op.attrs["axis"]],
+                                      dtype=op.result.type.dtype.np)],
     doc="a tensor's size along an axis",
 )
 define(
@@ -85,7 +86,8 @@ def _infer_store(sig: Signature) -> list[TileType]:
     offsets = _check_offsets(sig)
     value = tile(sig, "value")
     if value.shape != offsets.shape or value.dtype is not t.dtype:
-        raise OpTypeError(f"stored value must be tile<{offsets.shape}x{t.dtype.short}>, got {value}")
+        raise OpTypeError(f"stored value must be tile<{offsets.shape}x{t.dtype.short}>, "
+                          f"got {value}")
     return []
 
 
@@ -120,7 +122,8 @@ def _infer_atomic(sig: Signature) -> list[TileType]:
         raise OpTypeError(f"unknown atomic {sig.attr('kind')!r}")
     t = tensor(sig, "tensor")
     kind = sig.attr("kind")
-    if t.dtype not in _ATOMIC_TYPES and not (t.dtype in _ATOMIC_ADD_ONLY and kind is AtomicKind.ADD):
+    add_only = t.dtype in _ATOMIC_ADD_ONLY and kind is AtomicKind.ADD
+    if t.dtype not in _ATOMIC_TYPES and not add_only:
         raise OpTypeError(f"atomic {kind} on {t.dtype} is not supported by the hardware; "
                           "use int32, uint32, int64, uint64, float32 or float64 "
                           "(float16/bfloat16 for add)")
