@@ -19,6 +19,14 @@ convert_layout plans), ``tma``/``wgmma``/``admissibility`` (hardware fast
 paths as a first-class, costed answer), ``assign`` (a matmul tile's layouts),
 ``pictures`` (SVG pictures; ``tilekit layout`` on the command line).
 
+Helper modules, each one idea split from the module it serves: ``f2``
+(bit-matrix algebra over F2), ``cute_swizzle`` (CuTe's Swizzle and
+ComposedLayout), ``specs`` (plain-data layout specs for ISL lifting),
+``tiling`` (core/tail decomposition of ragged grids), ``vectorize_tables``
+(vector widths of CuTe and tabulated thread layouts), ``swizzle_cost`` (the
+per-side bank cost model), ``tma_plans`` (costed TMA alternatives),
+``picture_output`` (SVG, text and PNG output).
+
 Conventions (``linear``'s docstring has the details): the first dim is the
 most minor; hardware in dims are ``register``, ``lane``, ``warp``, ``block``
 and ``offset``; tensor dims are ``dim0``, ``dim1``...

@@ -67,10 +67,6 @@ def _lowbit(value: int) -> int:
     return value & -value if value else _ZERO_LOWBIT
 
 
-def _floor_pow2(value: int) -> int:
-    return 1 << (value.bit_length() - 1) if value > 0 else 0
-
-
 # --------------------------------------------------------------------------------------------
 # Facts
 
