@@ -24,6 +24,13 @@ class Builder:
     def block(self) -> Block:
         return self._stack[-1]
 
+    def push(self, block: Block) -> None:
+        """Insert at the end of ``block`` until the matching ``pop``."""
+        self._stack.append(block)
+
+    def pop(self) -> Block:
+        return self._stack.pop()
+
     @contextmanager
     def at_end_of(self, block: Block) -> Iterator[Block]:
         self._stack.append(block)

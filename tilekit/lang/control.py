@@ -99,7 +99,7 @@ class _Carried:
 class _BodyScope:
     """What loops and when blocks share: opening a body block, finding what changed."""
 
-    kind = ""
+    kind: tracer.ScopeKind  # set by each subclass
 
     def __init__(self, frame: FrameType, loc: SourceLoc | None) -> None:
         self.frame = frame
@@ -114,17 +114,17 @@ class _BodyScope:
         # A placeholder keeps our position in the parent block while the body is traced.
         self.marker = self.state.builder.create("yield", {}, loc=self.loc)
         self.state.scopes.append(self.scope)
-        self.state.builder._stack.append(self.block)
+        self.state.builder.push(self.block)
 
     def _close(self) -> None:
         if not self.state.scopes or self.state.scopes[-1] is not self.scope:
             raise TraceError(f"a {self._what()} ended while an inner one was still open",
                              self.loc)
         self.state.scopes.pop()
-        self.state.builder._stack.pop()
+        self.state.builder.pop()
 
     def _what(self) -> str:
-        return "`tk.range` loop" if self.kind == "loop" else "`tk.when` block"
+        return self.kind.value
 
     def _place(self, op: Operation) -> None:
         assert self.marker is not None
@@ -169,7 +169,7 @@ class _BodyScope:
 
 
 class _LoopTrace(_BodyScope):
-    kind = "loop"
+    kind = tracer.ScopeKind.LOOP
 
     def __init__(self, frame: FrameType, loc: SourceLoc | None,
                  bounds: tuple[Any, Any, Any]) -> None:
@@ -353,7 +353,7 @@ class when(_BodyScope):
     """``with tk.when(cond):`` runs its body on the device only where ``cond`` (a scalar)
     is true. Tiles it reassigns keep their old value when ``cond`` is false."""
 
-    kind = "when"
+    kind = tracer.ScopeKind.WHEN
 
     def __init__(self, cond: Any) -> None:
         loc = user_loc()
@@ -424,7 +424,7 @@ def check_closed(state: tracer.TraceState) -> None:
     """Called when the kernel body returns: every runtime scope must have ended."""
     if state.scopes:
         scope = state.scopes[-1]
-        what = "`tk.range` loop" if scope.kind == "loop" else "`tk.when` block"
+        what = scope.kind.value
         raise TraceError(
             f"the {what} starting here was left early (by `break`, `return` or `continue` "
             "out of an enclosing loop)", scope.loc,

@@ -24,17 +24,19 @@ class Escaped:
 
     __slots__ = ("name", "scope_kind", "scope_loc")
 
-    def __init__(self, name: str | None, scope_kind: str, scope_loc: SourceLoc | None) -> None:
+    def __init__(self, name: str | None, scope_kind: tracer.ScopeKind,
+                 scope_loc: SourceLoc | None) -> None:
         self.name = name
         self.scope_kind = scope_kind
         self.scope_loc = scope_loc
 
     def error(self) -> TraceError:
         what = f"`{self.name}`" if self.name else "a tile"
-        construct = "a `tk.range` loop" if self.scope_kind == "loop" else "a `tk.when` block"
+        loop = self.scope_kind is tracer.ScopeKind.LOOP
+        construct = "a " + self.scope_kind.value
         line = f" (line {self.scope_loc.line})" if self.scope_loc else ""
         fix = (f"assign `{self.name}` before the loop so that it becomes loop-carried"
-               if self.scope_kind == "loop" and self.name else
+               if loop and self.name else
                f"assign `{self.name}` before the block so that it has a value when the "
                "condition is false" if self.name else
                "compute it before the body, or store it to memory inside the body")

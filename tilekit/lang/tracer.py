@@ -13,6 +13,7 @@ or mutates; see ``control.py`` for how those become loop-carried values.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,11 +25,16 @@ from tilekit.ir.core import Block, Function, Operation, Region, Value
 from tilekit.ir.opdef import OpTypeError
 
 
+class ScopeKind(enum.Enum):
+    LOOP = "`tk.range` loop"
+    WHEN = "`tk.when` block"
+
+
 @dataclass
 class Scope:
     """An open ``tk.range`` or ``tk.when`` body."""
 
-    kind: str  # "loop" or "when"
+    kind: ScopeKind
     loc: SourceLoc | None
     block: Block
     # Tiles created while the body was traced (to fix up or poison at exit).

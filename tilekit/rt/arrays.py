@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import ml_dtypes
@@ -31,7 +32,7 @@ class HostArray:
     device: str
     writeback: Callable[[], None] | None = None
 
-    @property
+    @cached_property
     def span(self) -> int:
         """Elements between the lowest and highest addressed element, plus one."""
         if any(s == 0 for s in self.shape):
