@@ -1,0 +1,21 @@
+"""tilekit.codegen: IR with layouts -> per-thread LLVM IR (llvmlite) -> PTX / AMDGCN.
+
+``compile_module(module, target)`` is the one entry point the runtime calls; it
+returns a :class:`~tilekit.codegen.artifact.CompiledKernel` (plain data). Importing
+this package imports llvmlite, so the runtime imports it only on a cache miss.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tilekit.codegen.artifact import CompiledKernel
+    from tilekit.ir.core import Module
+
+
+def compile_module(module: Module, target: str = "sm_90a", num_warps: int = 4) -> CompiledKernel:
+    """Lower a traced, optimized module for ``target`` (``sm_90a``, ``sm_80``, ``gfx942``)."""
+    from tilekit.codegen.driver import compile_module as _compile
+
+    return _compile(module, target, num_warps)

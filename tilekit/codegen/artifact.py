@@ -1,0 +1,79 @@
+"""What code generation hands the runtime: one compiled kernel, as plain data.
+
+The runtime never looks at the IR to launch a kernel: it reads the parameter
+slots here (the kernel's ABI) and packs the launch arguments in that order.
+Everything is plain data (strings, ints, enums, tuples) so that the disk cache
+and AOT portfolios can store it as JSON next to the binary: no pickle.
+
+Kernel ABI (in order, one slot each):
+
+* for each tensor argument of the IR function: its data pointer (``u64``), then
+  its ``rank`` sizes, then its ``rank`` strides in elements, each in the tensor's
+  index type (``i32`` or ``i64``, ``TensorType.index``);
+* for each scalar argument: its value in its dtype (``bool`` travels as one byte);
+* last, the status word pointer (``u64``): a device ``int32[4]`` the kernel writes
+  when a ``tk.device_assert`` fails (word 0: 1 + the index of the failed assert in
+  ``asserts``; words 1-3: the program id), so that the runtime raises an error at the
+  user's line without a device trap (which would poison the CUDA context).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class SlotKind(enum.Enum):
+    POINTER = "pointer"  # a tensor's data pointer (u64)
+    SIZE = "size"  # a tensor's extent along ``axis`` (index type)
+    STRIDE = "stride"  # a tensor's stride along ``axis``, in elements (index type)
+    SCALAR = "scalar"  # a runtime scalar argument (its dtype)
+    STATUS = "status"  # the status word pointer (u64)
+
+
+@dataclass(frozen=True)
+class ParamSlot:
+    """One kernel parameter: what it holds and its C type (``dtype`` is a DType long
+    name: ``int32``, ``int64``, ``uint64``, ``float16``...; pointers are ``uint64``)."""
+
+    kind: SlotKind
+    arg: str  # the IR function argument it comes from ("" for STATUS)
+    dtype: str
+    axis: int = -1
+
+
+@dataclass(frozen=True)
+class AssertSite:
+    """A ``tk.device_assert``: its message and the user's line, for the runtime's error."""
+
+    message: str
+    file: str
+    line: int
+    col: int | None = None
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """One kernel compiled for one target (a specialization of one kernel).
+
+    ``binary`` is the PTX text for NVIDIA targets (``binary_kind == "ptx"``) or a code
+    object for AMD (``"hsaco"``); the runtime links PTX into a cubin itself (nvJitLink)
+    and caches that. ``shared_bytes`` is the dynamic shared memory the launch must
+    request; ``num_warps`` fixes the block size (``num_warps * warp_size`` threads).
+    """
+
+    name: str
+    target: str  # "sm_90a", "sm_80", "gfx942"
+    binary_kind: str
+    binary: bytes
+    num_warps: int
+    warp_size: int
+    shared_bytes: int
+    params: tuple[ParamSlot, ...]
+    asserts: tuple[AssertSite, ...] = ()
+    written_args: tuple[str, ...] = ()  # tensor arguments the kernel may write
+    llvm_ir: str = field(default="", compare=False)  # for TILEKIT_DUMP=llvm; not cached
+
+    @property
+    def block_threads(self) -> int:
+        return self.num_warps * self.warp_size
