@@ -236,3 +236,33 @@ def defining_block_ops(value: Value) -> Block | None:
     if isinstance(value, OpResult):
         return value.owner.parent
     return None
+
+
+def clone_module(module: Module) -> Module:
+    """A deep copy of the module's ops, blocks and values (types and attributes are
+    immutable and shared), so that a backend's passes never touch the cached IR."""
+    mapping: dict[int, Value] = {}
+
+    def block_copy(block: Block) -> Block:
+        new = Block([a.type for a in block.args], [a.name_hint for a in block.args])
+        for old_arg, new_arg in zip(block.args, new.args):
+            mapping[id(old_arg)] = new_arg
+        for op in block.ops:
+            new.append(op_copy(op))
+        return new
+
+    def op_copy(op: Operation) -> Operation:
+        regions = [Region([block_copy(b) for b in r.blocks]) for r in op.regions]
+        operands = [mapping.get(id(v), v) for v in op.operands]
+        new = Operation(op.opdef, operands, op.slots, [r.type for r in op.results],
+                        dict(op.attrs), regions, op.loc)
+        for old_r, new_r in zip(op.results, new.results):
+            new_r.name_hint = old_r.name_hint
+            mapping[id(old_r)] = new_r
+        return new
+
+    functions = []
+    for fn in module.functions:
+        body = Region([block_copy(b) for b in fn.body.blocks])
+        functions.append(Function(fn.name, body, dict(fn.constexprs), fn.loc))
+    return Module(functions)

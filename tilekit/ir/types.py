@@ -42,6 +42,12 @@ class TileType:
     def with_shape(self, shape: tuple[int, ...]) -> TileType:
         return TileType(tuple(shape), self.dtype)
 
+    def with_layout(self, layout: object | None) -> TileType:
+        return TileType(self.shape, self.dtype, layout)
+
+    def without_layout(self) -> TileType:
+        return self if self.layout is None else TileType(self.shape, self.dtype)
+
     def __str__(self) -> str:
         if self.is_scalar and self.layout is None:
             return self.dtype.short
@@ -65,6 +71,12 @@ class TensorType:
 
 
 Type = TileType | TensorType
+
+
+def strip_layout(t: Type) -> Type:
+    """The type without its layout: what ops' type rules compute (layouts are checked
+    by the layout pass's own rules, not re-inferred)."""
+    return t.without_layout() if isinstance(t, TileType) else t
 
 
 def scalar(dtype: DType) -> TileType:

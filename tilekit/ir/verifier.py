@@ -13,6 +13,7 @@ from __future__ import annotations
 from tilekit.errors import Diagnostic, IRError
 from tilekit.ir.core import Block, Function, Module, Operation
 from tilekit.ir.opdef import OpTypeError, infer_types
+from tilekit.ir.types import TileType, strip_layout
 
 
 def verify_function(fn: Function) -> list[Diagnostic]:
@@ -46,8 +47,10 @@ def _verify_op(op: Operation, scope: set[int], problems: list[Diagnostic]) -> No
             problems.append(Diagnostic(
                 f"operand #{i} of `{op.name}` is used outside the scope that defines it", op.loc))
     try:
-        inferred = infer_types(op.opdef, op.slots, [v.type for v in op.operands], op.attrs)
-        stored = [r.type for r in op.results]
+        inferred = [strip_layout(t) for t in
+                    infer_types(op.opdef, op.slots, [strip_layout(v.type) for v in op.operands],
+                                op.attrs)]
+        stored = [strip_layout(r.type) for r in op.results]
         if inferred != stored:
             problems.append(Diagnostic(
                 f"`{op.name}` results are {list(map(str, stored))}, its operands give "
@@ -65,9 +68,32 @@ def _verify_op(op: Operation, scope: set[int], problems: list[Diagnostic]) -> No
             _verify_block(block, scope, problems, needs_terminator=True)
 
 
-def verify(module: Module) -> None:
-    """Raise ``IRError`` listing every problem in the module, if there is any."""
+def _missing_layouts(fn: Function) -> list[Diagnostic]:
+    problems = []
+    values = list(fn.args)
+    for op in fn.walk():
+        values.extend(op.results)
+        for region in op.regions:
+            for block in region.blocks:
+                values.extend(block.args)
+    for v in values:
+        if isinstance(v.type, TileType) and v.type.layout is None:
+            owner = getattr(v, "owner", None)
+            where = f"`{owner.name}`" if owner is not None else "a block argument"
+            problems.append(Diagnostic(f"a tile value of {where} has no layout",
+                                       owner.loc if owner is not None else fn.loc))
+    return problems
+
+
+def verify(module: Module, *, layouts: bool = False) -> None:
+    """Raise ``IRError`` listing every problem in the module, if there is any.
+
+    ``layouts=True`` (after layout assignment) also requires every tile value to carry a
+    layout; ops' type rules compare types without layouts.
+    """
     problems = [p for fn in module.functions for p in verify_function(fn)]
+    if layouts:
+        problems += [p for fn in module.functions for p in _missing_layouts(fn)]
     if problems:
         first, *rest = problems
         raise IRError(f"invalid IR: {first.message}", first.loc, first.hints, rest)

@@ -145,6 +145,29 @@ define(
 )
 
 
+def _infer_convert_layout(sig: Signature) -> list[TileType]:
+    x = tile(sig, "x")
+    if sig.attr("layout") is None:
+        raise OpTypeError("convert_layout needs a target layout")
+    return [TileType(x.shape, x.dtype)]
+
+
+def _print_convert_layout(p, op, indent: str) -> str:
+    how = op.attrs.get("how")
+    cost = op.attrs.get("cost")
+    extra = f" {{plan = {how}" + (f", cost = {cost}" if cost is not None else "") + "}" \
+        if how is not None else ""
+    return f"convert_layout {p.name(op.operand('x'))}{extra} : {op.result.type}"
+
+
+define(
+    "convert_layout", ["x"], _infer_convert_layout,
+    lambda ctx, op, args: [args[0]], printer=_print_convert_layout,
+    doc="the same tile in another layout (inserted by layout assignment; `plan` says how "
+        "the elements move: registers, warp shuffles or shared memory)",
+)
+
+
 # --- reductions and scans --------------------------------------------------------------------
 
 class ReduceKind(enum.Enum):

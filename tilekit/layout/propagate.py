@@ -1,0 +1,371 @@
+"""Layout assignment: give every tile value of a kernel a ``TileLayout``.
+
+The pass that joins the layout library to the IR. It runs on a copy of the
+specialized IR, before code generation, in three steps:
+
+1. **Anchors.** Global memory ops want their tile coalesced along the
+   unit-stride dim with 16-byte vectors per thread (``tile_layouts.default_blocked``
+   for the tensor's element size); ``dot`` wants its accumulator blocked.
+2. **Hints, backward.** From the anchors, preferred layouts flow back through
+   elementwise ops, broadcasts, ``expand_dims``, reductions, permutes and
+   loop-carried values to where tiles are made (``constant``, ``arange``), so
+   that producers are born in the layout their consumers want.
+3. **Assignment, forward.** Each op's result layout follows from its operands by
+   the op's rule (elementwise: shared; ``reduce``: a slice of the operand's;
+   ``expand_dims`` of a slice: its parent; ``permute``: the permuted encoding;
+   carried values: the init's). Where an operand's layout is not the one the
+   rule needs, an explicit ``convert_layout`` op is inserted, with the cheapest
+   ``convert.plan_conversion`` plan attached when both layouts are power-of-two
+   (F2) layouts, and a shared-memory staging otherwise.
+
+Code generation reads these layouts and plans; it invents none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilekit.ir.core import Block, Module, Operation, Value, clone_module
+from tilekit.ir.opdef import lookup
+from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY
+from tilekit.ir.types import TensorType, TileType
+from tilekit.layout.tile_layouts import (
+    BlockedEncoding,
+    ScalarEncoding,
+    SliceEncoding,
+    TileLayout,
+    default_blocked,
+)
+
+__all__ = ["LayoutOptions", "assign_layouts", "plan_convert"]
+
+ELEMENTWISE = frozenset(BINARY) | frozenset(COMPARE) | frozenset(UNARY) | {
+    "select", "cast", "bitcast"}
+MEMORY = frozenset({"load", "store", "atomic"})
+
+
+@dataclass(frozen=True)
+class LayoutOptions:
+    """What the target fixes: threads per warp and warps per program."""
+
+    num_warps: int = 4
+    warp_size: int = 32
+    bank_target: str = "sm_90"
+
+
+class _Assigner:
+    def __init__(self, options: LayoutOptions) -> None:
+        self.o = options
+        self.hints: dict[int, TileLayout] = {}
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def scalar(self) -> TileLayout:
+        return TileLayout((), ScalarEncoding(self.o.warp_size, self.o.num_warps))
+
+    def default(self, shape: tuple[int, ...], elem_bytes: int = 4) -> TileLayout:
+        return default_blocked(shape, self.o.num_warps, self.o.warp_size, elem_bytes)
+
+    def normalize(self, shape: tuple[int, ...], encoding) -> TileLayout:
+        """Rank-0 layouts are all the same function (every thread holds the value)."""
+        if not shape:
+            return self.scalar()
+        return TileLayout(shape, encoding)
+
+    def hint(self, value: Value, layout: TileLayout | None) -> None:
+        if layout is None or not isinstance(value.type, TileType):
+            return
+        if layout.shape != value.type.shape:
+            return
+        self.hints.setdefault(id(value), layout)
+
+    def hinted(self, value: Value) -> TileLayout | None:
+        return self.hints.get(id(value))
+
+    def anchor(self, op: Operation) -> TileLayout:
+        """The layout a global memory op wants for its tiles."""
+        tensor = op.operands[0].type
+        assert isinstance(tensor, TensorType)
+        shape = op.attrs["shape"] if op.name in ("tile_load", "tile_store") else \
+            op.operand("offsets").type.shape
+        if not shape:
+            return self.scalar()
+        return self.default(tuple(shape), tensor.dtype.itemsize)
+
+    def operand_for_broadcast(self, result: TileLayout, shape: tuple[int, ...]) -> TileLayout:
+        """The layout a broadcast operand of ``shape`` needs so that every element it
+        stretches to is in the same thread: the result's encoding, sliced at added dims."""
+        if not shape:
+            return self.scalar()
+        enc = result.encoding
+        for _ in range(result.rank - len(shape)):
+            enc = SliceEncoding(enc, 0)
+        return TileLayout(shape, enc)
+
+    # --- step 2: hints, backward -------------------------------------------------------------
+
+    def hint_block(self, block: Block) -> None:
+        for op in reversed(block.ops):
+            self.hint_op(op)
+
+    def hint_op(self, op: Operation) -> None:
+        name = op.name
+        if name in MEMORY:
+            lay = self.anchor(op)
+            for slot in ("offsets", "mask", "other", "value"):
+                v = op.operand(slot)
+                if v is not None:
+                    self.hint(v, lay)
+            return
+        if name == "tile_store":
+            self.hint(op.operand("value"), self.anchor(op))
+            return
+        if name == "dot":
+            acc = op.operand("acc")
+            res = self.hinted(op.result) or self.default(acc.type.shape)
+            self.hint(acc, res)
+            self.hint(op.result, res)
+            for slot in ("a", "b"):
+                v = op.operand(slot)
+                self.hint(v, self.default(v.type.shape, v.type.dtype.itemsize))
+            return
+        if name in ELEMENTWISE:
+            res = self.hinted(op.result)
+            for v in op.operands:
+                self.hint(v, res)
+            return
+        if name == "broadcast":
+            res = self.hinted(op.result)
+            if res is not None:
+                x = op.operand("x")
+                self.hint(x, self.operand_for_broadcast(res, x.type.shape))
+            return
+        if name == "expand_dims":
+            res = self.hinted(op.result)
+            if res is not None and res.rank > 0 and not isinstance(res.encoding, ScalarEncoding):
+                x = op.operand("x")
+                self.hint(x, self.normalize(x.type.shape,
+                                            SliceEncoding(res.encoding, op.attrs["axis"])))
+            return
+        if name in ("reduce", "argreduce"):
+            res = self.hinted(op.result)
+            x = op.operand("x")
+            if res is not None and isinstance(res.encoding, SliceEncoding) \
+                    and res.encoding.dim == op.attrs["axis"]:
+                self.hint(x, TileLayout(x.type.shape, res.encoding.parent))
+            return
+        if name == "scan":
+            self.hint(op.operand("x"), self.hinted(op.result))
+            return
+        if name == "permute":
+            res = self.hinted(op.result)
+            if res is not None and isinstance(res.encoding, BlockedEncoding):
+                order = op.attrs["order"]
+                inverse = tuple(order.index(i) for i in range(len(order)))
+                x = op.operand("x")
+                self.hint(x, TileLayout(x.type.shape, res.encoding.permuted(inverse)))
+            return
+        if name == "for":
+            body = op.regions[0].block
+            term = body.terminator
+            inits = op.variadic("inits")
+            for res, arg, y in zip(op.results, body.args[1:], term.operands if term else []):
+                self.hint(y, self.hinted(res))
+            self.hint_block(body)
+            for res, arg, init in zip(op.results, body.args[1:], inits):
+                self.hint(init, self.hinted(res) or self.hinted(arg))
+            return
+        if name == "when":
+            body = op.regions[0].block
+            term = body.terminator
+            for res, y in zip(op.results, term.operands if term else []):
+                self.hint(y, self.hinted(res))
+            self.hint_block(body)
+            for res, init in zip(op.results, op.variadic("inits")):
+                self.hint(init, self.hinted(res))
+            return
+
+    # --- step 3: assignment, forward -------------------------------------------------------
+
+    def layout(self, value: Value) -> TileLayout:
+        t = value.type
+        assert isinstance(t, TileType) and isinstance(t.layout, TileLayout), value
+        return t.layout
+
+    def set(self, value: Value, layout: TileLayout) -> None:
+        assert isinstance(value.type, TileType) and layout.shape == value.type.shape
+        value.type = value.type.with_layout(layout)
+
+    def require(self, op: Operation, index: int, layout: TileLayout) -> None:
+        """Make operand ``index`` of ``op`` have ``layout``, converting before ``op``."""
+        value = op.operands[index]
+        if self.layout(value) == layout:
+            return
+        convert = make_convert(value, layout, op, self.o)
+        block = op.parent
+        assert block is not None
+        block.insert(block.ops.index(op), convert)
+        op.operands[index] = convert.result
+
+    def require_slot(self, op: Operation, slot: str, layout: TileLayout) -> None:
+        for i, s in enumerate(op.slots):
+            if s == slot:
+                self.require(op, i, layout)
+
+    def fresh(self, value: Value, elem_bytes: int = 4) -> TileLayout:
+        """A made tile: its hint, else the default for its shape."""
+        shape = value.type.shape
+        if not shape:
+            return self.scalar()
+        return self.hinted(value) or self.default(shape, elem_bytes)
+
+    def assign_block(self, block: Block) -> None:
+        for op in list(block.ops):
+            self.assign_op(op)
+
+    def assign_op(self, op: Operation) -> None:
+        name = op.name
+        if name in ("constant", "arange", "program_id", "num_programs", "dim", "stride"):
+            r = op.result
+            self.set(r, self.fresh(r, r.type.dtype.itemsize))
+        elif name in ELEMENTWISE:
+            tiles = [i for i, v in enumerate(op.operands)]
+            target = self.hinted(op.result)
+            have = [self.layout(op.operands[i]) for i in tiles]
+            if target is None or target not in have:
+                # Prefer the widest operand's layout (its loads were anchored on it).
+                widest = max(tiles, key=lambda i: op.operands[i].type.dtype.itemsize)
+                target = self.layout(op.operands[widest])
+            for i in tiles:
+                self.require(op, i, target)
+            for r in op.results:
+                self.set(r, target)
+        elif name in MEMORY:
+            lay = self.anchor(op)
+            for slot in ("offsets", "mask", "other", "value"):
+                self.require_slot(op, slot, lay)
+            for r in op.results:
+                self.set(r, lay)
+        elif name == "tile_load":
+            self.set(op.result, self.anchor(op))
+        elif name == "tile_store":
+            self.require_slot(op, "value", self.anchor(op))
+        elif name == "broadcast":
+            res = self.fresh(op.result, op.result.type.dtype.itemsize)
+            x = op.operand("x")
+            self.require(op, 0, self.operand_for_broadcast(res, x.type.shape))
+            self.set(op.result, res)
+        elif name == "expand_dims":
+            x_lay = self.layout(op.operand("x"))
+            axis = op.attrs["axis"]
+            enc = x_lay.encoding
+            if isinstance(enc, SliceEncoding) and enc.dim == axis:
+                res = TileLayout(op.result.type.shape, enc.parent)
+            else:
+                res = self.fresh(op.result, op.result.type.dtype.itemsize)
+                self.require(op, 0, self.normalize(x_lay.shape, SliceEncoding(res.encoding,
+                                                                              axis)))
+            self.set(op.result, res)
+        elif name in ("reduce", "argreduce"):
+            x_lay = self.layout(op.operand("x"))
+            self.set(op.result, self.normalize(op.result.type.shape,
+                                               SliceEncoding(x_lay.encoding, op.attrs["axis"])))
+        elif name == "scan":
+            self.set(op.result, self.layout(op.operand("x")))
+        elif name == "permute":
+            x = op.operand("x")
+            x_lay = self.layout(x)
+            if not isinstance(x_lay.encoding, BlockedEncoding):
+                x_lay = self.default(x.type.shape, x.type.dtype.itemsize)
+                self.require(op, 0, x_lay)
+            self.set(op.result, TileLayout(op.result.type.shape,
+                                           x_lay.encoding.permuted(op.attrs["order"])))
+        elif name == "reshape":
+            self.set(op.result, self.fresh(op.result, op.result.type.dtype.itemsize))
+        elif name == "dot":
+            acc = self.layout(op.operand("acc"))
+            if not isinstance(acc.encoding, BlockedEncoding):
+                acc = self.default(acc.shape)
+                self.require_slot(op, "acc", acc)
+            self.set(op.result, acc)
+        elif name == "convert_layout":
+            pass  # already typed
+        elif name == "for":
+            body = op.regions[0].block
+            self.set(body.args[0], self.scalar())
+            carried = [self.layout(v) for v in op.variadic("inits")]
+            for arg, lay in zip(body.args[1:], carried):
+                self.set(arg, lay)
+            self.assign_block(body)
+            self.finish_yield(body, carried)
+            for r, lay in zip(op.results, carried):
+                self.set(r, lay)
+        elif name == "when":
+            body = op.regions[0].block
+            carried = [self.layout(v) for v in op.variadic("inits")]
+            self.assign_block(body)
+            self.finish_yield(body, carried)
+            for r, lay in zip(op.results, carried):
+                self.set(r, lay)
+        elif name in ("yield", "print", "assert"):
+            pass
+        else:
+            raise NotImplementedError(f"layout assignment has no rule for `{name}`")
+
+    def finish_yield(self, body: Block, carried: list[TileLayout]) -> None:
+        term = body.terminator
+        assert term is not None
+        for i, lay in enumerate(carried):
+            self.require(term, i, lay)
+
+
+def make_convert(value: Value, layout: TileLayout, before: Operation,
+                 options: LayoutOptions) -> Operation:
+    """A ``convert_layout`` op from ``value``'s layout to ``layout``, with its plan."""
+    src = value.type.layout
+    how, cost, plan = plan_convert(src, layout, value.type.dtype.itemsize, options)
+    op = Operation(lookup("convert_layout"), [value], ["x"],
+                   [value.type.with_layout(layout)],
+                   {"layout": layout, "how": how, "cost": cost, "plan": plan}, (), before.loc)
+    return op
+
+
+def plan_convert(src: TileLayout, dst: TileLayout, elem_bytes: int,
+                 options: LayoutOptions):
+    """(kind name, cost score, ConversionPlan or None) for a conversion.
+
+    F2 layouts (power-of-two shapes, blocked or slice encodings) get
+    ``plan_conversion``'s cheapest plan; other layouts are staged through shared
+    memory, element by element, at their owners' coordinates.
+    """
+    from tilekit.layout import banks, convert
+
+    if src.is_power_of_two and dst.is_power_of_two and src.rank > 0 and \
+            not isinstance(src.encoding, ScalarEncoding) and \
+            not isinstance(dst.encoding, ScalarEncoding):
+        try:
+            plan = convert.plan_conversion(src.to_linear(), dst.to_linear(), elem_bytes,
+                                           banks.target(options.bank_target))
+            return plan.kind.name, plan.cost.score, plan
+        except Exception:  # noqa: BLE001 - a layout the F2 planner refuses is staged
+            pass
+    return "SHARED_STAGING", None, None
+
+
+def assign_layouts(module: Module, options: LayoutOptions | None = None) -> Module:
+    """A copy of ``module`` in which every tile value has a ``TileLayout``."""
+    from tilekit.ir.verifier import verify
+
+    options = options or LayoutOptions()
+    module = clone_module(module)
+    for fn in module.functions:
+        assigner = _Assigner(options)
+        assigner.hint_block(fn.entry)
+        for arg in fn.args:
+            if isinstance(arg.type, TileType):
+                assigner.set(arg, assigner.scalar())
+        assigner.assign_block(fn.entry)
+    verify(module, layouts=True)
+    return module
+
+

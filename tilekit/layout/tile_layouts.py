@@ -1,0 +1,368 @@
+"""Distributed layouts of IR tiles of any shape: which thread holds which element.
+
+``LinearLayout`` (``linear``) is exact algebra for power-of-two tiles; IR tiles
+are often not (``arange(4097)``, a ``(1, 4097)`` row, a 37-wide tile). A
+:class:`TileLayout` is an *encoding* (how registers, lanes and warps step over
+the dims: Triton's blocked and slice encodings) applied to a tile's *shape*.
+The encoding's CTA footprint is repeated in registers until the shape is
+covered — ``cdiv(extent, footprint)`` repeats, any integer, so a 4097-wide row
+on 128 threads with 4-element vectors takes 9 repeats (4608 slots), not 8192.
+
+Each slot a thread holds has an *unwrapped* coordinate per dim. Slots whose
+coordinates are inside the shape are the element's **owner** (exactly one per
+element); slots past the edge hold the element at ``coordinate mod extent`` — a
+replica, as lanes past a small tile broadcast in ``blocked``. So every register
+holds a well-defined element, elementwise code needs no guards, and only
+effects (stores, atomics) and reductions look at ownership.
+
+For power-of-two shapes the function is exactly ``distributed.blocked`` /
+``slice_layout`` (``to_linear``): the tests check it point by point, and
+conversions between such layouts are planned by ``convert.plan_conversion``.
+
+A coordinate is affine in per-dim thread digits, which is what code
+generation emits: ``coord_d = offset_d(register) + lane_term_d + warp_term_d``
+with ``term = ((id // div) % mod) * mult``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from tilekit.errors import LayoutError
+
+__all__ = [
+    "SCALAR",
+    "BlockedEncoding",
+    "DimMap",
+    "Encoding",
+    "ScalarEncoding",
+    "SliceEncoding",
+    "ThreadTerm",
+    "TileLayout",
+    "default_blocked",
+]
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, (max(1, n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class BlockedEncoding:
+    """Each thread holds a ``size_per_thread`` block; lanes, then warps, tile the dims in
+    ``order`` (most minor first). ``threads_per_warp`` and ``warps_per_cta`` are powers of
+    two whose products are the warp size and the warp count."""
+
+    size_per_thread: tuple[int, ...]
+    threads_per_warp: tuple[int, ...]
+    warps_per_cta: tuple[int, ...]
+    order: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        rank = len(self.order)
+        fields = (self.size_per_thread, self.threads_per_warp, self.warps_per_cta)
+        if any(len(f) != rank for f in fields) or sorted(self.order) != list(range(rank)):
+            raise LayoutError(f"malformed blocked encoding {self}")
+        if not all(_is_pow2(v) for f in fields for v in f):
+            raise LayoutError(f"blocked encoding entries must be powers of two: {self}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.order)
+
+    @property
+    def warp_size(self) -> int:
+        return math.prod(self.threads_per_warp)
+
+    @property
+    def num_warps(self) -> int:
+        return math.prod(self.warps_per_cta)
+
+    def permuted(self, perm: Sequence[int]) -> BlockedEncoding:
+        """The encoding of ``permute(x, perm)``: result dim i is operand dim perm[i]."""
+        inverse = {p: i for i, p in enumerate(perm)}
+        return BlockedEncoding(tuple(self.size_per_thread[p] for p in perm),
+                               tuple(self.threads_per_warp[p] for p in perm),
+                               tuple(self.warps_per_cta[p] for p in perm),
+                               tuple(inverse[d] for d in self.order))
+
+    def __str__(self) -> str:
+        def fmt(v: Sequence[int]) -> str:
+            return "[" + ",".join(map(str, v)) + "]"
+        return (f"#blocked<spt={fmt(self.size_per_thread)} tpw={fmt(self.threads_per_warp)} "
+                f"wpc={fmt(self.warps_per_cta)} order={fmt(self.order)}>")
+
+
+@dataclass(frozen=True)
+class SliceEncoding:
+    """The parent encoding with tensor dim ``dim`` removed (what a reduction along it
+    leaves): threads that differed only along ``dim`` hold the same element."""
+
+    parent: Encoding
+    dim: int
+
+    @property
+    def rank(self) -> int:
+        return self.parent.rank - 1
+
+    @property
+    def warp_size(self) -> int:
+        return self.parent.warp_size
+
+    @property
+    def num_warps(self) -> int:
+        return self.parent.num_warps
+
+    def __str__(self) -> str:
+        return f"#slice<dim={self.dim}, {self.parent}>"
+
+
+@dataclass(frozen=True)
+class ScalarEncoding:
+    """A rank-0 tile: every thread holds the value (thread 0 owns it)."""
+
+    warp_size: int = 32
+    num_warps: int = 4
+
+    @property
+    def rank(self) -> int:
+        return 0
+
+    def __str__(self) -> str:
+        return "#scalar"
+
+
+Encoding = BlockedEncoding | SliceEncoding | ScalarEncoding
+SCALAR = ScalarEncoding()
+
+
+@dataclass(frozen=True)
+class ThreadTerm:
+    """``((id // div) % mod) * mult`` of the lane or warp id (``mod == 1``: no term)."""
+
+    div: int
+    mod: int
+    mult: int
+
+    def value(self, ids: np.ndarray) -> np.ndarray:
+        return ((ids // self.div) % self.mod) * self.mult
+
+    @property
+    def span(self) -> int:
+        """The largest value the term takes, plus one step."""
+        return (self.mod - 1) * self.mult
+
+
+@dataclass(frozen=True)
+class DimMap:
+    """One tensor dim of a layout: per-register offsets plus a lane and a warp term."""
+
+    extent: int
+    offsets: tuple[int, ...]  # per register
+    lane: ThreadTerm
+    warp: ThreadTerm
+
+    @property
+    def max_coordinate(self) -> int:
+        return max(self.offsets) + self.lane.span + self.warp.span
+
+
+_NO_TERM = ThreadTerm(1, 1, 0)
+
+
+def _digits(index: int, radices: Sequence[int]) -> list[int]:
+    out = []
+    for r in radices:
+        out.append(index % r)
+        index //= r
+    return out
+
+
+@dataclass(frozen=True)
+class TileLayout:
+    """An encoding applied to a shape: the layout of one tile value."""
+
+    shape: tuple[int, ...]
+    encoding: Encoding
+
+    def __post_init__(self) -> None:
+        if len(self.shape) != self.encoding.rank:
+            raise LayoutError(f"layout of rank {self.encoding.rank} for shape {self.shape}")
+        if any(s < 1 for s in self.shape):
+            raise LayoutError(f"tile layouts need positive extents, got {self.shape}")
+
+    def __str__(self) -> str:
+        return str(self.encoding)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def warp_size(self) -> int:
+        return self.encoding.warp_size
+
+    @property
+    def num_warps(self) -> int:
+        return self.encoding.num_warps
+
+    # --- the per-dim affine form codegen emits -------------------------------------------
+
+    @cached_property
+    def _form(self) -> tuple[tuple[DimMap, ...], tuple[tuple[ThreadTerm, ThreadTerm], ...]]:
+        return _affine_form(self.shape, self.encoding)
+
+    @property
+    def dims(self) -> tuple[DimMap, ...]:
+        """Per tensor dim: register offsets and lane/warp terms of the unwrapped coordinate."""
+        return self._form[0]
+
+    @property
+    def replica_terms(self) -> tuple[tuple[ThreadTerm, ThreadTerm], ...]:
+        """(lane, warp) terms that must be zero for a thread to own its slots (dims sliced
+        away, and the whole CTA for scalars)."""
+        return self._form[1]
+
+    @property
+    def num_regs(self) -> int:
+        return len(self.dims[0].offsets) if self.dims else 1
+
+    def register_coords(self, reg: int) -> tuple[int, ...]:
+        """The register part of register ``reg``'s coordinate."""
+        return tuple(d.offsets[reg] for d in self.dims)
+
+    def may_wrap(self, reg: int, dim: int) -> bool:
+        """Whether register ``reg``'s coordinate along ``dim`` can pass the extent."""
+        d = self.dims[dim]
+        return d.offsets[reg] + d.lane.span + d.warp.span >= d.extent
+
+    @property
+    def has_replicas(self) -> bool:
+        return bool(self.replica_terms) or any(d.max_coordinate >= d.extent for d in self.dims)
+
+    # --- tables (tests, simulation, conversions) -----------------------------------------
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """``coords[warp, lane, reg, dim]`` (wrapped into the shape) and ``owned[warp, lane,
+        reg]``: the whole function, for tests and conversion planning."""
+        warps = np.arange(self.num_warps).reshape(-1, 1, 1)
+        lanes = np.arange(self.warp_size).reshape(1, -1, 1)
+        nregs = self.num_regs
+        coords = np.zeros((self.num_warps, self.warp_size, nregs, self.rank), dtype=np.int64)
+        owned = np.ones((self.num_warps, self.warp_size, nregs), dtype=bool)
+        for k, d in enumerate(self.dims):
+            raw = (np.asarray(d.offsets).reshape(1, 1, -1) + d.lane.value(lanes)
+                   + d.warp.value(warps))
+            owned &= raw < d.extent
+            coords[..., k] = raw % d.extent
+        for lane_term, warp_term in self.replica_terms:
+            owned &= (lane_term.value(lanes) == 0) & (warp_term.value(warps) == 0)
+        return coords, owned
+
+    @property
+    def is_power_of_two(self) -> bool:
+        return all(_is_pow2(s) for s in self.shape)
+
+    def to_linear(self):
+        """The same function as a ``LinearLayout`` (power-of-two shapes, blocked and slice
+        encodings): ``distributed.blocked`` / ``slice_layout``."""
+        from tilekit.layout import distributed
+
+        if not self.is_power_of_two:
+            raise LayoutError(f"shape {self.shape} is not a power of two in every dim")
+        enc = self.encoding
+        if isinstance(enc, BlockedEncoding):
+            return distributed.blocked(self.shape, enc.size_per_thread, enc.threads_per_warp,
+                                       enc.warps_per_cta, enc.order)
+        if isinstance(enc, SliceEncoding):
+            parent_shape = self.shape[:enc.dim] + (1,) + self.shape[enc.dim:]
+            parent = TileLayout(parent_shape, enc.parent).to_linear()
+            return distributed.slice_layout(parent, enc.dim)
+        raise LayoutError(f"no linear form for {enc}")
+
+
+def _blocked_form(shape: Sequence[int], enc: BlockedEncoding):
+    """Registers enumerate (vector digit per dim in order, then repeat per dim in order)."""
+    rank = len(shape)
+    spt = [min(enc.size_per_thread[d], _pow2_ceil(shape[d])) for d in range(rank)]
+    tpw, wpc = enc.threads_per_warp, enc.warps_per_cta
+    footprint = [spt[d] * tpw[d] * wpc[d] for d in range(rank)]
+    reps = [max(1, -(-shape[d] // footprint[d])) for d in range(rank)]
+    radices = [spt[d] for d in enc.order] + [reps[d] for d in enc.order]
+    nregs = math.prod(radices)
+    offsets = [[0] * nregs for _ in range(rank)]
+    for r in range(nregs):
+        digits = _digits(r, radices)
+        for i, d in enumerate(enc.order):
+            offsets[d][r] = digits[rank + i] * footprint[d] + digits[i]
+    lane_div = warp_div = 1
+    lane_terms: list[ThreadTerm] = [_NO_TERM] * rank
+    warp_terms: list[ThreadTerm] = [_NO_TERM] * rank
+    for d in enc.order:
+        lane_terms[d] = ThreadTerm(lane_div, tpw[d], spt[d])
+        warp_terms[d] = ThreadTerm(warp_div, wpc[d], spt[d] * tpw[d])
+        lane_div *= tpw[d]
+        warp_div *= wpc[d]
+    dims = tuple(DimMap(shape[d], tuple(offsets[d]), lane_terms[d], warp_terms[d])
+                 for d in range(rank))
+    return dims, ()
+
+
+def _affine_form(shape: Sequence[int], enc: Encoding):
+    if isinstance(enc, ScalarEncoding):
+        return (), ((ThreadTerm(1, enc.warp_size, 1), ThreadTerm(1, enc.num_warps, 1)),)
+    if isinstance(enc, BlockedEncoding):
+        return _blocked_form(shape, enc)
+    # A slice: the parent's form with the dim's register digits fixed to 0 and its thread
+    # terms turned into replica conditions. The parent's extent along the dim is 1.
+    parent_shape = tuple(shape[:enc.dim]) + (1,) + tuple(shape[enc.dim:])
+    dims, replicas = _affine_form(parent_shape, enc.parent)
+    gone = dims[enc.dim]
+    keep = [r for r, off in enumerate(gone.offsets) if off == 0]
+    kept = tuple(DimMap(d.extent, tuple(d.offsets[r] for r in keep), d.lane, d.warp)
+                 for k, d in enumerate(dims) if k != enc.dim)
+    return kept, tuple(replicas) + ((gone.lane, gone.warp),)
+
+
+def default_blocked(shape: Sequence[int], num_warps: int = 4, warp_size: int = 32,
+                    elem_bytes: int = 4, order: Sequence[int] | None = None,
+                    vector_bytes: int = 16) -> TileLayout:
+    """The anchor layout of a global access: coalesced along ``order[0]`` (the unit-stride
+    dim), ``vector_bytes`` per thread along it, lanes then warps spread over the dims from
+    the most minor, warps left over placed on the most major dims (replicas)."""
+    shape = tuple(shape)
+    rank = len(shape)
+    if rank == 0:
+        return TileLayout((), ScalarEncoding(warp_size, num_warps))
+    order = tuple(order) if order is not None else tuple(reversed(range(rank)))
+    spt = [1] * rank
+    minor = order[0]
+    spt[minor] = min(max(1, vector_bytes // elem_bytes), _pow2_floor(shape[minor]))
+    tpw = [1] * rank
+    lanes = warp_size
+    for d in order:
+        want = _pow2_ceil(-(-shape[d] // spt[d]))
+        tpw[d] = min(lanes, want)
+        lanes //= tpw[d]
+    tpw[order[-1]] *= lanes  # leftover lanes replicate along the most major dim
+    wpc = [1] * rank
+    warps = num_warps
+    for d in reversed(order):
+        want = _pow2_ceil(-(-shape[d] // (spt[d] * tpw[d])))
+        wpc[d] = min(warps, want)
+        warps //= wpc[d]
+    wpc[order[0]] *= warps
+    return TileLayout(shape, BlockedEncoding(tuple(spt), tuple(tpw), tuple(wpc), order))
