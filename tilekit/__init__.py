@@ -85,9 +85,10 @@ from tilekit.lang.builtins import (
     zeros_like,
 )
 from tilekit.lang.control import range, static_range, when
-from tilekit.lang.kernel import KernelFunction, Tensor, constexpr, kernel
+from tilekit.lang.kernel import KernelFunction, Tensor, constexpr
 from tilekit.lang.tensor import TensorArg, TileView
 from tilekit.lang.tile import Tile
+from tilekit.rt.launcher import JITKernel, kernel
 
 __version__ = "0.1.0.dev0"
 

@@ -73,7 +73,9 @@ DUMP: Knob[frozenset[str]] = Knob(
     _parse_names,
     frozenset(),
     "Comma-separated stages to print to stderr: `ir` (the traced IR), a pass name "
-    "(the IR after that pass), or `all` (after every pass).",
+    "(the IR after that pass), `all` (after every pass), `llvm` (the LLVM IR of a kernel "
+    "compiled for the GPU) or `ptx` (its PTX; printed when the kernel is compiled or "
+    "loaded from the disk cache).",
 )
 DUMP_LOCS: Knob[bool] = Knob(
     "TILEKIT_DUMP_LOCS",
@@ -88,7 +90,15 @@ VERIFY_PASSES: Knob[bool] = Knob(
     "Run the IR verifier after every pass (cheap; turn off only to time passes).",
 )
 
-ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES)
+CACHE_DIR: Knob[str] = Knob(
+    "TILEKIT_CACHE_DIR",
+    _parse_str,
+    "",
+    "Where compiled kernels are cached on disk (empty: `$XDG_CACHE_HOME/tilekit`, else "
+    "`~/.cache/tilekit`). `tilekit cache clear` empties it.",
+)
+
+ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR)
 
 _overrides: dict[str, Any] = {}
 
@@ -122,6 +132,6 @@ def describe() -> list[tuple[str, str, str]]:
         elif isinstance(default, frozenset):
             shown = ",".join(sorted(default)) or "(empty)"
         else:
-            shown = str(default)
+            shown = str(default) or "(empty)"
         rows.append((knob.env, shown, knob.doc))
     return rows

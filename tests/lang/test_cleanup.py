@@ -7,7 +7,7 @@ import numpy as np
 import tilekit as tk
 from tilekit.ir.cleanup import eliminate_common_subexpressions, hoist_loop_invariants
 from tilekit.ir.passes import PassManager
-from tilekit.lang.kernel import KernelFunction
+from tilekit.rt.launcher import JITKernel
 
 
 def _names(module) -> list[str]:
@@ -16,7 +16,7 @@ def _names(module) -> list[str]:
 
 def _raw(fn, *args, **kwargs):
     """The traced IR with no passes run."""
-    kern = KernelFunction(fn, passes=PassManager([]))
+    kern = JITKernel(fn, passes=PassManager([]))
     return kern, kern.trace(*args, **kwargs)
 
 

@@ -7,8 +7,11 @@ decided by the value passed. Each distinct ``Specialization`` (constexpr
 values, tensor dtypes/ranks/index widths, scalar dtypes) is traced once and
 cached.
 
-Launch with ``kern[grid](*args, **kwargs)``; ``kern.trace(...)`` returns the
-IR without running it.
+This module is the front end only: it binds arguments, and traces and optimizes
+a specialization. It imports nothing from ``tilekit.rt``. The runtime owns the call
+path: ``tk.kernel`` builds a ``tilekit.rt.launcher.JITKernel`` (a subclass adding
+``kern[grid](*args, **kwargs)`` and ``kern.trace(*args)``), which turns arrays into a
+``Specialization`` and calls ``specialize`` here.
 """
 
 from __future__ import annotations
@@ -61,9 +64,13 @@ class Param:
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """A tensor argument's facts: its dtype, rank, index width (int32 when its span
+    allows), and whether its data pointer is 16-byte aligned (vector accesses)."""
+
     dtype: DType
     rank: int
     index: DType
+    aligned16: bool = True
 
 
 @dataclass(frozen=True)
@@ -133,12 +140,7 @@ class KernelFunction:
             out.append(Param(p.name, kind, dtype, p.default))
         return out
 
-    # --- launching -------------------------------------------------------------------------
-
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        from tilekit.rt.launcher import Launch
-
-        return Launch(self, grid)
+    # --- launching (the runtime's subclass adds kern[grid] and trace) ----------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         raise LaunchError(f"kernel `{self.name}` was called without a grid", user_loc(),
@@ -159,14 +161,6 @@ class KernelFunction:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def trace(self, *args: Any, **kwargs: Any) -> Module:
-        """The (optimized) IR for these example arguments, without running anything."""
-        from tilekit.rt.launcher import specialize_arguments
-
-        loc = user_loc()
-        spec, _ = specialize_arguments(self, self.bind(args, kwargs, loc), loc)
-        return self.specialize(spec)
-
     # --- specialization --------------------------------------------------------------------
 
     def specialize(self, spec: Specialization) -> Module:
@@ -177,6 +171,10 @@ class KernelFunction:
             if should_dump("ir"):
                 dump(module, "ir")
             module = self.passes.run(module)
+            # The alignment facts, for code generation (vector widths): the names of the
+            # tensor arguments whose data pointer is 16-byte aligned. Not part of the IR text.
+            module.kernel.aligned16 = frozenset(  # type: ignore[attr-defined]
+                name for name, arg in spec.args if isinstance(arg, TensorSpec) and arg.aligned16)
             self._cache[spec] = module
         return module
 
@@ -239,10 +237,3 @@ class KernelFunction:
 
     def __repr__(self) -> str:
         return f"<tilekit kernel {self.name} at {self.loc}>"
-
-
-def kernel(fn: Callable[..., Any] | None = None) -> Any:
-    """Decorator: make ``fn`` a tilekit kernel (``@tk.kernel`` or ``@tk.kernel()``)."""
-    if fn is None:
-        return kernel
-    return KernelFunction(fn)

@@ -40,6 +40,12 @@ class HostArray:
         return 1 + sum(abs(st) * (n - 1) for n, st in zip(self.shape, self.strides))
 
     @property
+    def aligned16(self) -> bool:
+        """Whether the data pointer is 16-byte aligned (a specialization fact: code
+        generation may then use 16-byte vector accesses)."""
+        return self.array.ctypes.data % 16 == 0
+
+    @property
     def index_dtype(self) -> DType:
         """int32 when every offset, extent and stride fits (a broadcast view can have a
         tiny span and an extent past 2**31)."""

@@ -1,17 +1,29 @@
 """Launching a kernel: arguments -> specialization -> IR -> a backend run.
 
-``Launch`` is what ``kern[grid]`` returns. It checks the grid and the
-arguments (with errors that name the caller's line), finds the kernel's
-specialization for them, and runs it. The only backend so far is the CPU
-interpreter, used when ``TILEKIT_INTERPRET=1`` or when no GPU backend is
-available.
+The runtime owns the call path. ``tk.kernel`` builds a ``JITKernel`` (the front end's
+``KernelFunction`` plus ``kern[grid]`` and ``kern.trace``); ``kern[grid]`` is a
+``Launch``, whose call
+
+1. binds the arguments (``stream=`` is the launch's own keyword unless the kernel has
+   a parameter of that name) and picks the backend from the arrays
+   (``device_arrays.choose_backend``);
+2. computes the ``Specialization`` (constexprs, dtypes, ranks, index widths, 16-byte
+   alignment) and traces it once (``KernelFunction.specialize``);
+3. interpreter: runs the IR on host copies of the arrays;
+   CUDA: finds the loaded kernel in memory (per kernel, specialization and device), else
+   the disk cache, else compiles it (``tilekit.codegen.compile_module``, which runs the
+   layout pass and lowering), links the PTX (``link``), loads it (``driver``); checks the
+   launch against the device (``checks``) before anything is queued; writes the argument
+   slots and makes one ``cuLaunchKernel`` on the caller's stream.
+
+Errors name the caller's line.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,6 +31,7 @@ import numpy as np
 from tilekit.errors import LaunchError, SourceLoc, TilekitError, user_loc
 from tilekit.ir.core import Function, Module, Value
 from tilekit.ir.dtypes import DType, python_scalar_dtype
+from tilekit.ir.passes import PassManager
 from tilekit.lang.kernel import (
     ConstSpec,
     KernelFunction,
@@ -43,9 +56,12 @@ def _hashable(value: Any) -> bool:
 
 
 def specialize_arguments(
-    kernel: KernelFunction, bound: Mapping[str, Any], loc: SourceLoc | None
+    kernel: KernelFunction, bound: Mapping[str, Any], loc: SourceLoc | None,
+    describe: Callable[[Any, str, SourceLoc | None], Any] = to_host,
 ) -> tuple[Specialization, dict[str, Any]]:
-    """The specialization for bound arguments, and each runtime argument's host form."""
+    """The specialization for bound arguments, and each runtime argument's backend form
+    (``describe(value, name, loc)`` for arrays: host views for the interpreter, device
+    descriptions for CUDA; 0-d numpy values for scalars)."""
     specs: list[tuple[str, Any]] = []
     runtime: dict[str, Any] = {}
     for param in kernel.params:
@@ -66,9 +82,10 @@ def specialize_arguments(
             if isinstance(value, _SCALARS):
                 raise LaunchError(f"`{param.name}` is a tk.Tensor parameter, got the scalar "
                                   f"{value!r}", loc)
-            host = to_host(value, param.name, loc)
-            runtime[param.name] = host
-            specs.append((param.name, TensorSpec(host.dtype, len(host.shape), host.index_dtype)))
+            arr = describe(value, param.name, loc)
+            runtime[param.name] = arr
+            specs.append((param.name, TensorSpec(arr.dtype, len(arr.shape), arr.index_dtype,
+                                                 arr.aligned16)))
         else:
             if not isinstance(value, _SCALARS):
                 raise LaunchError(f"`{param.name}` is a scalar parameter, got "
@@ -117,10 +134,50 @@ def _written_tensors(fn: Function) -> set[int]:
     return written
 
 
-class Launch:
-    """``kern[grid]``: call it with the kernel's arguments to run it."""
+# --- the kernel object --------------------------------------------------------------------
 
-    def __init__(self, kernel: KernelFunction, grid: Any) -> None:
+
+class JITKernel(KernelFunction):
+    """A ``@tk.kernel`` function that the runtime can launch: ``kern[grid](...)``."""
+
+    def __init__(self, fn: Callable[..., Any], passes: PassManager | None = None) -> None:
+        super().__init__(fn, passes)
+        # (specialization, device ordinal) -> the kernel loaded on that device
+        self._loaded: dict[tuple[Specialization, int], Any] = {}
+        self._stream_is_param = any(p.name == "stream" for p in self.params)
+
+    def __getitem__(self, grid: Any) -> Launch:
+        return Launch(self, grid)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Module:
+        """The (optimized) IR for these example arguments, without running anything
+        (device arrays are described in place, not copied)."""
+        from tilekit.rt import device_arrays
+
+        loc = user_loc()
+
+        def describe(value: Any, name: str, at: SourceLoc | None) -> Any:
+            if device_arrays.is_device_array(value):
+                return device_arrays.describe(value, name, at)
+            return to_host(value, name, at)
+
+        spec, _ = specialize_arguments(self, self.bind(args, kwargs, loc), loc, describe)
+        return self.specialize(spec)
+
+
+def kernel(fn: Callable[..., Any] | None = None) -> Any:
+    """Decorator: make ``fn`` a tilekit kernel (``@tk.kernel`` or ``@tk.kernel()``)."""
+    if fn is None:
+        return kernel
+    return JITKernel(fn)
+
+
+class Launch:
+    """``kern[grid]``: call it with the kernel's arguments to run it. ``stream=`` (an int
+    handle or a torch/cupy stream) picks the CUDA stream; by default the launch goes on
+    torch's (or cupy's) current stream when such arrays are passed."""
+
+    def __init__(self, kernel: JITKernel, grid: Any) -> None:
         self.kernel = kernel
         self.grid = grid
 
@@ -133,10 +190,24 @@ class Launch:
 
     def _launch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         loc = user_loc()
-        bound = self.kernel.bind(args, kwargs, loc)
-        spec, runtime = specialize_arguments(self.kernel, bound, loc)
+        kern = self.kernel
+        stream = None
+        if "stream" in kwargs and not getattr(kern, "_stream_is_param", False):
+            stream = kwargs.pop("stream")
+        bound = kern.bind(args, kwargs, loc)
+        values = [bound[p.name] for p in kern.params]
+        from tilekit.rt import device_arrays
+
+        on_device = any(is_array(v) and device_arrays.is_device_array(v) for v in values)
+        backend = device_arrays.choose_backend(on_device)
+        if backend.kind is device_arrays.BackendKind.CUDA:
+            from tilekit.rt import gpu
+
+            gpu.launch(kern, self.grid, bound, values, stream, loc)
+            return
+        spec, runtime = specialize_arguments(kern, bound, loc)
         grid = _resolve_grid(self.grid, {**spec.constexprs, **bound}, loc)
-        module = self.kernel.specialize(spec)
+        module = kern.specialize(spec)
         if math.prod(grid) == 0:
             return
         run_interpreted(module, grid, runtime, loc)
@@ -163,4 +234,3 @@ def run_interpreted(module: Module, grid: tuple[int, ...], runtime: Mapping[str,
     for host in hosts:
         if host.writeback is not None:
             host.writeback()
-

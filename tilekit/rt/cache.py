@@ -1,0 +1,303 @@
+"""The kernel cache on disk: compiled kernels keyed by everything that shaped them.
+
+Key: the sha256 of a canonical JSON of
+  * the printed IR *with source locations* (tracing inlines every callee, so this covers
+    them; locations make an error's line right after the user edits the file),
+  * the specialization (constexprs, dtypes, ranks, index widths, alignment facts),
+  * the target arch (``sm_90a``),
+  * tilekit's version and the toolchain's (llvmlite, LLVM, nvJitLink, the CUDA driver).
+
+One file per entry, ``<cache dir>/kernels/<name>-<sha256>.tkc``::
+
+    magic  b"TKCACHE\\0"      8 bytes
+    format version          u32 little-endian
+    header length           u32
+    payload length          u64
+    sha256 of the payload   32 bytes
+    payload = header (UTF-8 JSON) + binary (PTX) + image (cubin, or empty)
+
+The header holds the full key text (compared on read, so a hash collision or a
+renamed file is a miss), the ``CompiledKernel``'s fields as plain JSON, and the
+lengths of the two blobs. Nothing is pickled, imported or executed. Writes go to a
+temporary file in the same directory, fsync'd, then ``os.replace``'d: readers see the
+old entry or the new one, never half of one; two processes compiling the same kernel
+both write complete entries and the last rename wins. A bad entry (truncated,
+flipped, other format, other key) is a miss: the kernel is rebuilt and the entry
+rewritten.
+
+``stats()`` counts lookups and compiles so that tests count work instead of timing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tilekit import knobs
+from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
+
+log = logging.getLogger("tilekit.cache")
+
+MAGIC = b"TKCACHE\0"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<8sIIQ32s")
+SUFFIX = ".tkc"
+
+_stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "compiles": 0, "bad_entries": 0}
+
+
+def stats() -> dict[str, int]:
+    """Counters since the process started (or ``reset_stats``): ``memory_hits``,
+    ``disk_hits``, ``misses`` (disk lookups that found nothing usable), ``compiles`` and
+    ``bad_entries`` (entries rejected on read)."""
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    for k in _stats:
+        _stats[k] = 0
+
+
+def count(name: str) -> None:
+    _stats[name] += 1
+
+
+# --- where ---------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """``TILEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilekit``, else ``~/.cache/tilekit``."""
+    configured = knobs.CACHE_DIR.get()
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "tilekit"
+
+
+def _kernels_dir() -> Path:
+    return cache_dir() / "kernels"
+
+
+# --- the key -------------------------------------------------------------------------------
+
+
+@functools.cache
+def toolchain() -> tuple[tuple[str, str], ...]:
+    """Versions of everything that turns IR into a loaded kernel (part of every key)."""
+    from importlib import metadata
+
+    from tilekit.rt import driver, link
+
+    def dist(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "none"
+
+    import tilekit
+
+    try:
+        import llvmlite.binding as llvm
+
+        llvm_version = ".".join(map(str, llvm.llvm_version_info))
+    except Exception:  # llvmlite missing: codegen would fail anyway
+        llvm_version = "none"
+    gpu = driver.status()
+    return (("tilekit", tilekit.__version__), ("llvmlite", dist("llvmlite")),
+            ("llvm", llvm_version), ("nvjitlink", link.version() or "none"),
+            ("cuda_driver", str(gpu.driver_version) if gpu.driver_version else "none"),
+            ("cache_format", str(FORMAT_VERSION)))
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    name: str  # the kernel's name (for file names and `tilekit cache list`)
+    text: str  # canonical JSON of every input
+    digest: str  # its sha256
+
+    @staticmethod
+    def of(name: str, ir_text: str, spec_text: str, arch: str,
+           tools: tuple[tuple[str, str], ...] | None = None) -> CacheKey:
+        doc = {"ir": ir_text, "specialization": spec_text, "arch": arch,
+               "toolchain": dict(tools if tools is not None else toolchain())}
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return CacheKey(name, text, hashlib.sha256(text.encode()).hexdigest())
+
+    @property
+    def filename(self) -> str:
+        safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in self.name)[:64]
+        return f"{safe}-{self.digest}{SUFFIX}"
+
+
+# --- entries -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    kernel: CompiledKernel
+    image: bytes  # the cubin (empty when the PTX is loaded through the driver's JIT)
+
+
+def _kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
+    return {
+        "name": k.name, "target": k.target, "binary_kind": k.binary_kind,
+        "num_warps": k.num_warps, "warp_size": k.warp_size, "shared_bytes": k.shared_bytes,
+        "params": [[p.kind.value, p.arg, p.dtype, p.axis] for p in k.params],
+        "asserts": [[a.message, a.file, a.line, a.col] for a in k.asserts],
+        "written_args": list(k.written_args),
+    }
+
+
+def _kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
+    return CompiledKernel(
+        name=str(d["name"]), target=str(d["target"]), binary_kind=str(d["binary_kind"]),
+        binary=binary, num_warps=int(d["num_warps"]), warp_size=int(d["warp_size"]),
+        shared_bytes=int(d["shared_bytes"]),
+        params=tuple(ParamSlot(SlotKind(k), str(a), str(t), int(x)) for k, a, t, x in d["params"]),
+        asserts=tuple(AssertSite(str(m), str(f), int(ln), None if c is None else int(c))
+                      for m, f, ln, c in d["asserts"]),
+        written_args=tuple(str(a) for a in d["written_args"]),
+    )
+
+
+def encode(key: CacheKey, entry: Entry) -> bytes:
+    header = json.dumps({"key": key.text, "digest": key.digest,
+                         "kernel": _kernel_to_json(entry.kernel),
+                         "binary_len": len(entry.kernel.binary), "image_len": len(entry.image)},
+                        sort_keys=True).encode()
+    payload = header + entry.kernel.binary + entry.image
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), len(payload),
+                        hashlib.sha256(payload).digest()) + payload
+
+
+class BadEntry(ValueError):
+    """Why a cache file was not used."""
+
+
+def decode(key: CacheKey, data: bytes) -> Entry:
+    if len(data) < _PREFIX.size:
+        raise BadEntry("truncated header")
+    magic, version, header_len, payload_len, digest = _PREFIX.unpack_from(data)
+    if magic != MAGIC:
+        raise BadEntry("not a tilekit cache file")
+    if version != FORMAT_VERSION:
+        raise BadEntry(f"format version {version}, expected {FORMAT_VERSION}")
+    payload = data[_PREFIX.size:]
+    if len(payload) != payload_len:
+        raise BadEntry(f"payload of {len(payload)} bytes, expected {payload_len}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise BadEntry("checksum mismatch")
+    try:
+        header = json.loads(payload[:header_len])
+        if header["key"] != key.text or header["digest"] != key.digest:
+            raise BadEntry("entry is for another key")
+        binary_len, image_len = int(header["binary_len"]), int(header["image_len"])
+        if header_len + binary_len + image_len != payload_len:
+            raise BadEntry("inconsistent lengths")
+        binary = payload[header_len:header_len + binary_len]
+        image = payload[header_len + binary_len:]
+        return Entry(_kernel_from_json(header["kernel"], binary), image)
+    except BadEntry:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:  # malformed JSON or fields
+        raise BadEntry(f"malformed header ({exc})") from None
+
+
+def entry_path(key: CacheKey) -> Path:
+    return _kernels_dir() / key.filename
+
+
+def load(key: CacheKey) -> Entry | None:
+    """The entry for ``key``, or None (missing or bad: a bad entry is logged at debug level
+    and left to be overwritten)."""
+    path = entry_path(key)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return decode(key, data)
+    except BadEntry as exc:
+        count("bad_entries")
+        log.debug("ignoring cache entry %s: %s", path, exc)
+        return None
+
+
+def store(key: CacheKey, entry: Entry) -> None:
+    """Write the entry atomically; a cache that cannot be written is not an error (the
+    kernel still runs, it is just compiled again next time)."""
+    directory = _kernels_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(encode(key, entry))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, directory / key.filename)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        log.debug("could not write cache entry %s: %s", key.filename, exc)
+
+
+def get_or_build(key: CacheKey, build: Callable[[], Entry]) -> Entry:
+    """The disk entry for ``key``, or ``build()``'s result, stored."""
+    entry = load(key)
+    if entry is not None:
+        count("disk_hits")
+        return entry
+    count("misses")
+    count("compiles")
+    entry = build()
+    store(key, entry)
+    return entry
+
+
+# --- for `tilekit cache` -------------------------------------------------------------------
+
+
+def entries() -> Iterator[Path]:
+    directory = _kernels_dir()
+    if directory.is_dir():
+        yield from sorted(p for p in directory.iterdir()
+                          if p.suffix == SUFFIX and not p.name.startswith(".tmp-"))
+
+
+def size() -> tuple[int, int]:
+    """(number of entries, total bytes)."""
+    n = total = 0
+    for p in entries():
+        try:
+            total += p.stat().st_size
+            n += 1
+        except OSError:
+            pass
+    return n, total
+
+
+def clear() -> int:
+    """Remove every entry (and stale temporaries); returns how many entries went."""
+    directory = _kernels_dir()
+    removed = 0
+    if directory.is_dir():
+        for p in directory.iterdir():
+            if p.suffix == SUFFIX:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+                    removed += not p.name.startswith(".tmp-")
+    return removed

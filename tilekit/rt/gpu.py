@@ -1,0 +1,263 @@
+"""The CUDA backend: compile (cached), load, check, pack the arguments, launch.
+
+``compile_cached`` turns a specialized module into a linked kernel through the disk
+cache (the compile function is injectable, for tests). ``LoadedKernel`` is one kernel
+loaded on one device with its argument buffer built once: a ctypes array of pointers
+into preallocated ctypes slots, one per ABI parameter (``CompiledKernel.params``); a
+launch writes the pointers, sizes, strides and scalars into the slots and makes one
+``cuLaunchKernel``. ``launch`` is what ``kern[grid](...)`` runs on the GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tilekit import knobs
+from tilekit.codegen.artifact import CompiledKernel, SlotKind
+from tilekit.errors import ExecutionError, SourceLoc
+from tilekit.ir.core import Module
+from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
+from tilekit.rt import cache, checks, device_arrays, driver, link
+from tilekit.rt.device_arrays import DeviceArray, StagedArray
+
+CompileFn = Callable[[Module, str], CompiledKernel]
+
+
+# --- compile, through the cache -----------------------------------------------------------
+
+
+def spec_text(spec: Specialization) -> str:
+    """A canonical text of a specialization (stable across processes: no ids, no hashes)."""
+    parts = []
+    for name, arg in spec.args:
+        if isinstance(arg, TensorSpec):
+            parts.append(f"{name}:tensor<{arg.dtype.long},rank={arg.rank},"
+                         f"index={arg.index.long},aligned16={int(arg.aligned16)}>")
+        elif isinstance(arg, ScalarSpec):
+            parts.append(f"{name}:scalar<{arg.dtype.long}>")
+        else:
+            assert isinstance(arg, ConstSpec)
+            value = arg.value
+            shown = value.long if hasattr(value, "long") else repr(value)
+            parts.append(f"{name}=constexpr<{type(value).__name__}:{shown}>")
+    return ";".join(parts)
+
+
+def cache_key(module: Module, spec: Specialization, arch: str) -> cache.CacheKey:
+    from tilekit.ir.printer import print_module
+
+    fn = module.kernel
+    source = str(fn.loc.file) if fn.loc is not None else ""
+    return cache.CacheKey.of(fn.name, print_module(module, with_locs=True),
+                             f"{source}|{spec_text(spec)}", arch)
+
+
+def _codegen(module: Module, arch: str) -> CompiledKernel:
+    from tilekit.codegen import compile_module
+
+    return compile_module(module, target=arch)
+
+
+def compile_cached(module: Module, spec: Specialization, arch: str,
+                   loc: SourceLoc | None = None,
+                   compile_fn: CompileFn | None = None) -> cache.Entry:
+    """The compiled and linked kernel for ``module`` on ``arch``: from the disk cache, or
+    compiled (``compile_fn``, default ``tilekit.codegen.compile_module``), linked with
+    nvJitLink when available, and stored."""
+    dumps = knobs.DUMP.get()
+
+    def build() -> cache.Entry:
+        compiled = (compile_fn or _codegen)(module, arch)
+        if "llvm" in dumps and compiled.llvm_ir:
+            _dump(f"llvm: {compiled.name} ({arch})", compiled.llvm_ir)
+        image = b""
+        if compiled.binary_kind == "ptx" and link.available():
+            image = link.link_ptx(compiled.binary, arch, compiled.name,
+                                  module.kernel.loc or loc)
+        return cache.Entry(compiled, image)
+
+    entry = cache.get_or_build(cache_key(module, spec, arch), build)
+    if "ptx" in dumps and entry.kernel.binary_kind == "ptx":
+        _dump(f"ptx: {entry.kernel.name} ({arch})", entry.kernel.binary.decode(errors="replace"))
+    return entry
+
+
+def _dump(title: str, text: str) -> None:
+    sys.stderr.write(f"// ----- {title} -----\n{text.rstrip()}\n")
+    sys.stderr.flush()
+
+
+# --- a kernel loaded on a device, with its argument buffer --------------------------------
+
+_CTYPES: dict[str, type] = {
+    "bool": ctypes.c_uint8, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
+    "float16": ctypes.c_uint16, "bfloat16": ctypes.c_uint16,  # raw bits
+    "float32": ctypes.c_float, "float64": ctypes.c_double,
+}
+
+
+@dataclass
+class LoadedKernel:
+    compiled: CompiledKernel
+    function: driver.LoadedFunction
+    props: driver.DeviceProps
+    status_ptr: int  # device int32[4] (allocated when the kernel has asserts)
+    slots: list[Any]  # one ctypes value per ABI parameter
+    params: Any  # ctypes array of void*: the kernelParams
+    params_ptr: int
+
+    @staticmethod
+    def build(compiled: CompiledKernel, function: driver.LoadedFunction,
+              props: driver.DeviceProps, status_ptr: int) -> LoadedKernel:
+        slots = [_CTYPES[p.dtype]() for p in compiled.params]
+        params = (ctypes.c_void_p * max(1, len(slots)))(
+            *[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in slots])
+        return LoadedKernel(compiled, function, props, status_ptr, slots, params,
+                            ctypes.addressof(params))
+
+    def fill(self, arrays: Mapping[str, Any], ptrs: Mapping[str, int],
+             scalars: Mapping[str, np.ndarray]) -> None:
+        """Write this launch's values into the argument slots."""
+        for p, slot in zip(self.compiled.params, self.slots):
+            kind = p.kind
+            if kind is SlotKind.POINTER:
+                slot.value = ptrs[p.arg]
+            elif kind is SlotKind.SIZE:
+                slot.value = arrays[p.arg].shape[p.axis]
+            elif kind is SlotKind.STRIDE:
+                slot.value = arrays[p.arg].strides[p.axis]
+            elif kind is SlotKind.SCALAR:
+                value = scalars[p.arg]
+                if p.dtype in ("float16", "bfloat16"):
+                    slot.value = int(np.asarray(value).view(np.uint16))
+                else:
+                    slot.value = np.asarray(value).item()
+            else:
+                slot.value = self.status_ptr
+
+
+def _load(kern: Any, spec: Specialization, module: Module, device: int,
+          loc: SourceLoc | None) -> LoadedKernel:
+    key = (spec, device)
+    loaded = kern._loaded.get(key)
+    if loaded is not None:
+        cache.count("memory_hits")
+        return loaded
+    props = driver.device_props(device)
+    entry = compile_cached(module, spec, props.arch, loc)
+    compiled = entry.kernel
+    checks.check_shared_memory(compiled.shared_bytes, props.max_shared_optin, compiled.name, loc)
+    checks.check_block(compiled.block_threads, props.max_threads_per_block, loc)
+    image = entry.image or compiled.binary  # no nvJitLink: the driver JITs the PTX
+    function = driver.load_function(image, compiled.name, device, compiled.shared_bytes, loc)
+    status_ptr = 0
+    if compiled.asserts:
+        status_ptr = driver.alloc(16, loc)
+        driver.memset32(status_ptr, 0, 4, 0, loc)
+        driver.synchronize(0, loc)
+    loaded = LoadedKernel.build(compiled, function, props, status_ptr)
+    kern._loaded[key] = loaded
+    return loaded
+
+
+def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None) -> None:
+    """Raise the failed ``tk.device_assert`` (if any) at its line; reset the word."""
+    word = np.zeros(4, np.int32)
+    driver.copy_to_host(word.ctypes.data, loaded.status_ptr, 16, stream, loc)
+    driver.synchronize(stream, loc)
+    if word[0] == 0:
+        return
+    driver.memset32(loaded.status_ptr, 0, 4, stream, loc)
+    asserts = loaded.compiled.asserts
+    index = int(word[0]) - 1
+    pid = (int(word[1]), int(word[2]), int(word[3]))
+    if not 0 <= index < len(asserts):
+        raise ExecutionError(f"kernel `{loaded.compiled.name}` reported an unknown failure "
+                             f"(status {int(word[0])}) in program {pid}", loc)
+    site = asserts[index]
+    raise ExecutionError(f"device assertion failed: {site.message} (program {pid})",
+                         SourceLoc(site.file, site.line, site.col))
+
+
+# --- one launch ---------------------------------------------------------------------------
+
+
+def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any],
+           stream_arg: Any, loc: SourceLoc | None) -> None:
+    """Run ``kern`` on the GPU: every check before anything is queued; numpy arguments
+    copied in, and back (only those the kernel writes, only when it succeeded)."""
+    from tilekit.rt.launcher import _resolve_grid, specialize_arguments
+
+    spec, runtime = specialize_arguments(kern, bound, loc, device_arrays.describe)
+    tensors = {n: a for n, a in runtime.items() if isinstance(a, (DeviceArray, StagedArray))}
+    scalars = {n: v for n, v in runtime.items() if n not in tensors}
+    device = checks.check_same_device(
+        ((n, a.device) for n, a in tensors.items() if isinstance(a, DeviceArray)), loc)
+    grid = _resolve_grid(grid_spec, {**spec.constexprs, **bound}, loc)
+    module = kern.specialize(spec)
+    if math.prod(grid) == 0:
+        return
+    if device < 0:  # host arrays only: the current context's device, else device 0
+        device = driver.current_device()
+    driver.use_device(device, loc)
+    loaded = _load(kern, spec, module, device, loc)
+    compiled = loaded.compiled
+
+    # Checks: nothing has been queued yet.
+    checks.check_grid(grid, loaded.props.max_grid, loc)
+    written = set(compiled.written_args)
+    facts = dict(spec.args)
+    for name, arr in tensors.items():
+        tspec = facts[name]
+        assert isinstance(tspec, TensorSpec)
+        checks.check_writable(arr, name in written, loc)
+        checks.check_index_width(arr, tspec.index, loc)
+        if isinstance(arr, DeviceArray):
+            checks.check_alignment(arr, arr.ptr, tspec.aligned16, loc)
+    stream = device_arrays.stream_handle(stream_arg, loc) if stream_arg is not None else \
+        device_arrays.current_stream(list(tensors.values()), values, device)
+
+    ptrs = {n: a.ptr for n, a in tensors.items() if isinstance(a, DeviceArray)}
+    staged = [a for a in tensors.values() if isinstance(a, StagedArray)]
+    buffers: list[int] = []
+    ok = False
+    try:
+        for s in staged:
+            base = driver.alloc(s.nbytes, loc)
+            buffers.append(base)
+            ptrs[s.name] = s.device_ptr(base)
+            driver.copy_to_device(base, s.upload_source(), s.nbytes, stream, loc)
+        loaded.fill(tensors, ptrs, scalars)
+        driver.launch(loaded.function, grid, compiled.block_threads, compiled.shared_bytes,
+                      stream, loaded.params_ptr, loc)
+        if compiled.asserts:
+            _check_status(loaded, stream, loc)
+        backs = []
+        for s, base in zip(staged, buffers):
+            if s.name in written and s.nbytes:
+                tmp = np.empty(s.nbytes, np.uint8)
+                driver.copy_to_host(tmp.ctypes.data, base, s.nbytes, stream, loc)
+                backs.append((s, tmp))
+        if staged:
+            driver.synchronize(stream, loc)
+        for s, tmp in backs:
+            s.copy_back(tmp)
+        ok = True
+    finally:
+        if buffers:
+            if not ok:
+                try:
+                    driver.synchronize(stream)
+                except Exception:  # the launch's own error is the one to report
+                    pass
+            for base in buffers:
+                driver.free(base)

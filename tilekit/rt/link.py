@@ -1,0 +1,98 @@
+"""PTX -> cubin, offline, through nvJitLink.
+
+nvJitLink (the ``nvidia-nvjitlink`` wheel, reached through ``cuda.bindings``;
+``cuda.pathfinder`` finds the library) assembles PTX for any architecture with no
+GPU present, and avoids the driver JIT's "PTX ISA too new" errors. When it is not
+installed the runtime hands the PTX to the driver instead (``cuModuleLoadData``),
+which JIT-compiles it for the device at hand.
+
+The linker's error log becomes a ``LoweringError``: a linker error is a code
+generation bug or an unsupported target, never the user's fault, but it still
+names the kernel's definition line.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tilekit.errors import LoweringError, SourceLoc
+
+
+class LinkerUnavailable(RuntimeError):
+    """nvJitLink cannot be loaded here (not installed, or no usable library)."""
+
+
+@functools.cache
+def _nvjitlink():  # type: ignore[no-untyped-def]
+    try:
+        from cuda.bindings import nvjitlink
+        nvjitlink.version()  # loads the library: fails here when it is missing
+    except Exception as exc:  # ImportError, or cuda.pathfinder's DynamicLibNotFoundError
+        raise LinkerUnavailable(f"nvJitLink is not available ({exc})") from None
+    return nvjitlink
+
+
+def available() -> bool:
+    """Whether nvJitLink can link PTX on this machine (no GPU needed)."""
+    try:
+        _nvjitlink()
+    except LinkerUnavailable:
+        return False
+    return True
+
+
+def version() -> str | None:
+    """nvJitLink's version ``"major.minor"``, or None when it is not available."""
+    try:
+        major, minor = _nvjitlink().version()
+    except LinkerUnavailable:
+        return None
+    return f"{major}.{minor}"
+
+
+def link_ptx(ptx: bytes | str, arch: str, name: str = "kernel",
+             loc: SourceLoc | None = None) -> bytes:
+    """Assemble ``ptx`` into a cubin for ``arch`` (``sm_90a``, ``sm_80``...).
+
+    Raises ``LinkerUnavailable`` when nvJitLink is missing (the caller falls back to the
+    driver JIT) and ``LoweringError`` with the linker's log when the PTX is rejected.
+    """
+    nvjitlink = _nvjitlink()
+    data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+    if not data.endswith(b"\0"):
+        data += b"\0"
+    options = [f"-arch={arch}"]
+    try:
+        handle = nvjitlink.create(len(options), options)
+    except nvjitlink.nvJitLinkError as exc:
+        raise LoweringError(f"nvJitLink refused the target `{arch}`: {exc}", loc,
+                            hints=["targets look like sm_80, sm_90a"]) from None
+    try:
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), f"{name}.ptx")
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            log = _error_log(nvjitlink, handle)
+            raise LoweringError(
+                f"nvJitLink could not assemble the PTX of kernel `{name}` for {arch}: {exc}"
+                + (f"\n{log}" if log else ""), loc,
+                hints=["this is a tilekit code generation bug; TILEKIT_DUMP=ptx prints the "
+                       "PTX to attach to a report"]) from None
+        size = nvjitlink.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return bytes(cubin)
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _error_log(nvjitlink, handle: int) -> str:  # type: ignore[no-untyped-def]
+    try:
+        size = nvjitlink.get_error_log_size(handle)
+        if size <= 1:
+            return ""
+        buf = bytearray(size)
+        nvjitlink.get_error_log(handle, buf)
+        return buf.rstrip(b"\0").decode(errors="replace").strip()
+    except Exception:  # the log is a courtesy; the status already failed
+        return ""
