@@ -25,3 +25,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_addoption(parser):  # type: ignore[no-untyped-def]
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite the golden files of printed IR instead of comparing")
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Skip tests marked ``gpu`` when the CUDA driver finds no device (asked once, only
+    when such a test was collected)."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    import pytest
+
+    from tilekit.rt import driver
+
+    status = driver.status()
+    if status.available:
+        return
+    skip = pytest.mark.skip(reason=f"no GPU: {status.reason}")
+    for item in gpu_items:
+        item.add_marker(skip)
