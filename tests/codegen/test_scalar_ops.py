@@ -38,7 +38,7 @@ TRANSCENDENTAL = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "tanh", 
 # max ulps against float64 on the host (= the AMDGPU formulas; glibc behind the LLVM
 # intrinsics), as docs/numerics.md lists them: measured, rounded up
 HOST_ULPS = {"exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 0.5, "rsqrt": 1.5, "erf": 2,
-             "tanh": 2, "sigmoid": 2, "sin": 1, "cos": 1, "pow": 1, "atan2": 2}
+             "tanh": 2, "sigmoid": 2, "sin": 1, "cos": 1, "pow": 1, "atan2": 3}
 HALF_ULPS = 0.51
 
 
@@ -424,32 +424,38 @@ def test_libdevice_functions_compile_to_ptx() -> None:
 
 # --- on the device ----------------------------------------------------------------------------
 
-NVPTX_ULPS = {"exp": 2, "exp2": 2, "log": 1, "log2": 1, "sqrt": 0, "rsqrt": 2, "erf": 2,
-              "tanh": 2, "sigmoid": 3, "sin": 2, "cos": 2}
+# libdevice's bounds against the correctly rounded result (CUDA Programming Guide,
+# "Mathematical Functions"), + 0.5 because the check measures against float64
+NVPTX_ULPS = {"exp": 2.5, "exp2": 2.5, "log": 1.5, "log2": 1.5, "sqrt": 0.5, "rsqrt": 2.5,
+              "erf": 2.5, "tanh": 2.5, "sigmoid": 3.5, "sin": 2.5, "cos": 2.5}
+
+
+def _unary_kernel(fn):
+    import tilekit as tk
+
+    @tk.kernel
+    def apply(X: tk.Tensor, Y: tk.Tensor, BLOCK: tk.constexpr):
+        i = tk.program_id(0)
+        Y.tile((BLOCK,), (i,)).store(fn(X.tile((BLOCK,), (i,)).load()))
+
+    return apply
 
 
 def check_device_ulps(names=tuple(NVPTX_ULPS)) -> dict[str, float]:
-    """Measure the compiled float32 transcendentals on the GPU against float64 numpy;
-    returns the max ulps and asserts the documented bounds (docs/numerics.md)."""
+    """Run ``Y = tk.<name>(X)`` compiled for the GPU over float32 values (specials
+    included) and measure the max ulps against float64 numpy; asserts the bounds of
+    docs/numerics.md and returns what it measured."""
     import tilekit as tk
     import tilekit.knobs
 
     found = {}
     for name in names:
-        fn = getattr(tk, name)
-
-        @tk.kernel
-        def apply(X: tk.Tensor, Y: tk.Tensor, BLOCK: tk.constexpr, fn=fn):  # noqa: B008
-            i = tk.program_id(0)
-            Y.tile((BLOCK,), (i,)).store(fn(X.tile((BLOCK,), (i,)).load()))
-
         x = math_inputs(name, DType.FLOAT32, seed=21)
-        x = x[np.isfinite(x) | True]
         y = np.zeros_like(x)
         with tilekit.knobs.override(interpret=False):
-            apply[(len(x) + 255) // 256](x, y, BLOCK=256)
+            _unary_kernel(getattr(tk, name))[(len(x) + 255) // 256](x, y, BLOCK=256)
         found[name] = ulp_error(y, _exact(name, x), DType.FLOAT32)
-        assert found[name] <= NVPTX_ULPS[name], f"{name}: {found[name]} ulp"
+        assert found[name] <= NVPTX_ULPS[name], f"{name}: {found[name]:.2f} ulp"
     return found
 
 
@@ -458,7 +464,7 @@ def test_device_ulps() -> None:
     try:
         from cuda.core import Device
 
-        Device(0)
-    except Exception:  # pragma: no cover - no driver here
+        Device(0).set_current()
+    except Exception:  # no driver or no device
         pytest.skip("no GPU")
     check_device_ulps()
