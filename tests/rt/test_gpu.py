@@ -1,0 +1,283 @@
+"""The CUDA runtime on a real GPU (skipped without one).
+
+Code generation is replaced by hand-written PTX that follows the kernel ABI
+(``ptx_kernels.fake_compile``), so these tests exercise the runtime alone: device arrays
+without copies, numpy staging, streams, launch checks, the assert status word, caches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilekit as tk
+from tilekit import knobs
+from tilekit.errors import ExecutionError, LaunchError
+from tilekit.rt import cache, device_arrays, driver, gpu
+
+from .ptx_kernels import ASSERT_LINE, add, check_positive, fake_compile, vector_add_kernel
+
+pytestmark = pytest.mark.gpu
+
+BLOCK = 128
+
+
+@pytest.fixture(autouse=True)
+def fake_codegen(monkeypatch: pytest.MonkeyPatch, tmp_path):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(gpu, "_codegen", fake_compile)
+    monkeypatch.setattr(device_arrays, "codegen_available", lambda: True)
+    for k in (add, check_positive):
+        k._loaded.clear()
+    with knobs.override(cache_dir=str(tmp_path), interpret=False):
+        cache.reset_stats()
+        yield
+    for k in (add, check_positive):
+        k._loaded.clear()
+
+
+def run_add(x, y, out, n: int, **kw) -> None:  # type: ignore[no-untyped-def]
+    add[tk.cdiv(n, BLOCK)](x, y, out, n, BLOCK=BLOCK, **kw)
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Records the streams launched on and every synchronization."""
+    calls: dict[str, list] = {"launch": [], "sync": []}
+    real_launch, real_sync = driver.launch, driver.synchronize
+
+    def launch(function, grid, threads, shared, stream, params, loc=None):  # type: ignore[no-untyped-def]
+        calls["launch"].append(stream)
+        return real_launch(function, grid, threads, shared, stream, params, loc)
+
+    def synchronize(stream, loc=None):  # type: ignore[no-untyped-def]
+        calls["sync"].append(stream)
+        return real_sync(stream, loc)
+
+    monkeypatch.setattr(driver, "launch", launch)
+    monkeypatch.setattr(driver, "synchronize", synchronize)
+    return calls
+
+
+# --- numpy: copied in and back ------------------------------------------------------------
+
+
+def test_numpy_arrays_are_copied_in_and_back() -> None:
+    rng = np.random.default_rng(0)
+    n = 1000
+    x, y = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+    out = np.full(n, np.nan, np.float32)
+    run_add(x, y, out, n)
+    np.testing.assert_array_equal(out, x + y)
+
+
+def test_numpy_strided_output_keeps_its_gaps() -> None:
+    n = 777
+    x = np.arange(n, dtype=np.float32)
+    full = np.full(2 * n, -1.0, np.float32)
+    run_add(x, x, full[::2], n)
+    np.testing.assert_array_equal(full[::2], 2 * x)
+    np.testing.assert_array_equal(full[1::2], -1.0)
+
+
+def test_read_only_numpy_output_is_refused_and_untouched() -> None:
+    x = np.ones(256, np.float32)
+    out = np.zeros(256, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(LaunchError, match="writes to `Out`.*read-only") as info:
+        run_add(x, x, out, 256)
+    assert info.value.loc is not None and info.value.loc.file == __file__
+    assert not out.any()
+
+
+# --- torch: in place, on the current stream -----------------------------------------------
+
+
+def _torch():  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+@pytest.mark.parametrize("view", ["contiguous", "strided", "offset"])
+def test_torch_tensors_without_copies(view: str, spy) -> None:  # type: ignore[no-untyped-def]
+    torch = _torch()
+    base_x = torch.randn(4099, device="cuda")
+    base_y = torch.randn(4099, device="cuda")
+    base_out = torch.full((4099,), float("nan"), device="cuda")
+    pick = {"contiguous": lambda t: t, "strided": lambda t: t[::3],
+            "offset": lambda t: t[3:]}[view]
+    x, y, out = pick(base_x), pick(base_y), pick(base_out)
+    before = base_out.clone()
+    run_add(x, y, out, x.numel())
+    torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+    untouched = torch.ones(4099, dtype=torch.bool, device="cuda")
+    pick(untouched.view(-1))[...] = False
+    assert torch.equal(base_out[untouched].isnan(), before[untouched].isnan())
+    assert spy["sync"] == []  # asynchronous: no copies, no asserts
+    assert spy["launch"] == [torch.cuda.current_stream().cuda_stream]
+
+
+def test_torch_offset_view_is_specialized_unaligned() -> None:
+    torch = _torch()
+    x = torch.zeros(260, device="cuda")[1:]
+    module = add.trace(x, x, x, 259, BLOCK=BLOCK)
+    assert module.kernel.aligned16 == frozenset()
+
+
+def test_torch_bfloat16() -> None:
+    torch = _torch()
+    x = torch.randn(3000, device="cuda").to(torch.bfloat16)
+    y = torch.randn(3000, device="cuda").to(torch.bfloat16)
+    out = torch.empty_like(x)
+    run_add(x, y, out, 3000)
+    expected = (x.float() + y.float()).to(torch.bfloat16)
+    assert torch.equal(out, expected)
+
+
+def test_torch_non_default_stream_orders_with_torch_ops(spy) -> None:  # type: ignore[no-untyped-def]
+    torch = _torch()
+    n = 1 << 24
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.ones(n, device="cuda")
+        y = torch.full((n,), 2.0, device="cuda")
+        x.mul_(3)  # queued on s before the kernel: the kernel must see it
+        out = torch.empty_like(x)
+        run_add(x, y, out, n)
+        result = out * 10  # queued on s after the kernel: must see its result
+    s.synchronize()
+    assert spy["launch"] == [s.cuda_stream]
+    assert spy["sync"] == []  # no device-wide (or any) synchronization by tilekit
+    assert torch.all(result == 50.0).item()
+
+
+def test_explicit_stream_keyword(spy) -> None:  # type: ignore[no-untyped-def]
+    torch = _torch()
+    s = torch.cuda.Stream()
+    x = torch.ones(1000, device="cuda")
+    torch.cuda.synchronize()
+    out = torch.zeros_like(x)
+    run_add(x, x, out, 1000, stream=s)
+    run_add(x, out, out, 1000, stream=s.cuda_stream)  # an int handle
+    s.synchronize()
+    assert spy["launch"] == [s.cuda_stream, s.cuda_stream]
+    assert torch.all(out == 3.0).item()
+
+
+def test_interpret_knob_copies_cuda_tensors_to_the_host() -> None:
+    torch = _torch()
+    x = torch.arange(300, dtype=torch.float32, device="cuda")
+    out = torch.zeros_like(x)
+    with knobs.override(interpret=True):
+        run_add(x, x, out, 300)
+    assert torch.equal(out, 2 * x)
+
+
+# --- cupy ---------------------------------------------------------------------------------
+
+
+def test_cupy_arrays(spy) -> None:  # type: ignore[no-untyped-def]
+    cp = pytest.importorskip("cupy")
+    x = cp.arange(5000, dtype=cp.float32)[::2]
+    y = cp.ones(2500, dtype=cp.float32)
+    out = cp.zeros(2500, dtype=cp.float32)
+    run_add(x, y, out, 2500)
+    assert bool((out == x + 1).all())
+    assert spy["launch"] == [cp.cuda.get_current_stream().ptr]
+
+
+# --- launch checks on the device ----------------------------------------------------------
+
+
+class Cai:
+    """A minimal ``__cuda_array_interface__`` producer over someone else's memory."""
+
+    def __init__(self, ptr: int, n: int, readonly: bool = False) -> None:
+        self.__cuda_array_interface__ = {"data": (ptr, readonly), "shape": (n,),
+                                         "typestr": "<f4", "strides": None, "version": 3}
+
+
+def test_cuda_array_interface_objects() -> None:
+    torch = _torch()
+    x = torch.arange(1000, dtype=torch.float32, device="cuda")
+    out = torch.zeros_like(x)
+    run_add(Cai(x.data_ptr(), 1000), Cai(x.data_ptr(), 1000), Cai(out.data_ptr(), 1000), 1000)
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * x)
+
+
+def test_misaligned_device_pointer_is_refused() -> None:
+    torch = _torch()
+    x = torch.zeros(1000, device="cuda")
+    with pytest.raises(LaunchError, match="not aligned to its element size"):
+        run_add(Cai(x.data_ptr() + 2, 10), x, x, 10)
+
+
+def test_read_only_device_array_written_is_refused() -> None:
+    torch = _torch()
+    x = torch.zeros(1000, device="cuda")
+    with pytest.raises(LaunchError, match="read-only"):
+        run_add(x, x, Cai(x.data_ptr(), 1000, readonly=True), 1000)
+
+
+def test_grid_beyond_the_device_is_refused(spy) -> None:  # type: ignore[no-untyped-def]
+    x = np.zeros(10, np.float32)
+    with pytest.raises(LaunchError, match=r"grid dimension 1 \(y\) is 70000"):
+        add[(1, 70000)](x, x, x, 10, BLOCK=BLOCK)
+    assert spy["launch"] == []
+
+
+def test_too_much_shared_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "_codegen",
+                        lambda m, arch: vector_add_kernel(arch, shared_bytes=10**7))
+    x = np.zeros(10, np.float32)
+    with pytest.raises(LaunchError, match="needs 10000000 bytes of shared memory"):
+        run_add(x, x, x, 10)
+
+
+def test_arrays_on_two_devices_are_refused() -> None:
+    torch = _torch()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    x = torch.zeros(10, device="cuda:0")
+    y = torch.zeros(10, device="cuda:1")
+    with pytest.raises(LaunchError, match="different devices"):
+        run_add(x, y, x, 10)
+
+
+# --- device_assert ------------------------------------------------------------------------
+
+
+def test_device_assert_raises_at_the_users_line() -> None:
+    x = np.ones(1000, np.float32)
+    x[300] = -1.0
+    with pytest.raises(ExecutionError, match="x must be positive") as info:
+        check_positive[tk.cdiv(1000, BLOCK)](x, 1000, BLOCK=BLOCK)
+    assert info.value.loc is not None and info.value.loc.line == ASSERT_LINE
+    assert info.value.loc.file.endswith("ptx_kernels.py")
+    assert "program (2, 0, 0)" in str(info.value)
+    x[300] = 1.0
+    check_positive[tk.cdiv(1000, BLOCK)](x, 1000, BLOCK=BLOCK)  # the word was reset
+
+
+# --- caches -------------------------------------------------------------------------------
+
+
+def test_in_memory_and_disk_caches() -> None:
+    x = np.ones(500, np.float32)
+    out = np.zeros(500, np.float32)
+    run_add(x, x, out, 500)
+    run_add(x, x, out, 500)
+    assert cache.stats()["compiles"] == 1 and cache.stats()["memory_hits"] == 1
+    add._loaded.clear()  # as in a new process: the disk cache answers
+    run_add(x, x, out, 500)
+    assert cache.stats()["compiles"] == 1 and cache.stats()["disk_hits"] == 1
+    assert (out == 2).all()
+
+
+def test_device_properties() -> None:
+    props = driver.device_props(0)
+    assert props.sm_count > 0 and props.max_shared_optin >= 48 * 1024
+    assert props.max_grid[0] >= 2**31 - 1 and props.arch.startswith("sm_")
+    assert driver.driver_version() is not None
