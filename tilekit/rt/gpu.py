@@ -145,13 +145,14 @@ class LoadedKernel:
                 slot.value = self.status_ptr
 
 
-def _load(kern: Any, spec: Specialization, module: Module, device: int,
+def _load(kern: Any, spec: Specialization, device: int,
           loc: SourceLoc | None) -> LoadedKernel:
     key = (spec, device)
     loaded = kern._loaded.get(key)
     if loaded is not None:
         cache.count("memory_hits")
         return loaded
+    module = kern.specialize(spec)  # traced only on a miss of the loaded kernels
     props = driver.device_props(device)
     entry = compile_cached(module, spec, props.arch, loc)
     compiled = entry.kernel
@@ -203,13 +204,13 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
     device = checks.check_same_device(
         ((n, a.device) for n, a in tensors.items() if isinstance(a, DeviceArray)), loc)
     grid = _resolve_grid(grid_spec, {**spec.constexprs, **bound}, loc)
-    module = kern.specialize(spec)
     if math.prod(grid) == 0:
+        kern.specialize(spec)  # trace errors still surface for an empty grid
         return
     if device < 0:  # host arrays only: the current context's device, else device 0
         device = driver.current_device()
     driver.use_device(device, loc)
-    loaded = _load(kern, spec, module, device, loc)
+    loaded = _load(kern, spec, device, loc)
     compiled = loaded.compiled
 
     # Checks: nothing has been queued yet.
