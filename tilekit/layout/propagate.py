@@ -169,7 +169,7 @@ class _Assigner:
             body = op.regions[0].block
             term = body.terminator
             inits = op.variadic("inits")
-            for res, arg, y in zip(op.results, body.args[1:], term.operands if term else []):
+            for res, y in zip(op.results, term.operands if term else []):
                 self.hint(y, self.hinted(res))
             self.hint_block(body)
             for res, arg, init in zip(op.results, body.args[1:], inits):

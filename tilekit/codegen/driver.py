@@ -1,0 +1,102 @@
+"""The code generation pipeline for one kernel: layouts, lowering, LLVM, PTX/AMDGCN.
+
+``compile_module`` runs, in order: ``assign_layouts`` (every tile gets a layout;
+``TILEKIT_DUMP=layout`` prints the IR with them), ``lower_function`` (per-thread
+LLVM IR), libdevice linking when a transcendental needs it (NVPTX), LLVM's O3
+pipeline, and the target machine's assembly printer (PTX text) or object
+emitter (AMDGCN). An LLVM verifier failure is a tilekit bug and is reported as a
+``LoweringError`` naming the kernel, never as a raw LLVM message alone.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tilekit.codegen.artifact import CompiledKernel
+from tilekit.codegen.target import Target, get_target
+from tilekit.errors import LoweringError
+from tilekit.ir.core import Module
+from tilekit.ir.passes import dump, should_dump
+
+
+@functools.cache
+def _target_machine(target: Target):
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=target.features, opt=3,
+        reloc="pic" if target.vendor == "amdgpu" else "default")
+
+
+def default_num_warps(module: Module) -> int:
+    """Four warps; eight for kernels whose largest tile has 8192 elements or more."""
+    from tilekit.ir.types import TileType
+
+    largest = 1
+    for op in module.walk():
+        for r in op.results:
+            if isinstance(r.type, TileType):
+                largest = max(largest, r.type.numel)
+    return 8 if largest >= 8192 else 4
+
+
+def compile_module(module: Module, target: str | Target = "sm_90a",
+                   num_warps: int | None = None) -> CompiledKernel:
+    import llvmlite.binding as llvm
+
+    from tilekit.codegen import libdevice
+    from tilekit.codegen.lower import lower_function
+    from tilekit.layout.propagate import LayoutOptions, assign_layouts
+
+    tgt = target if isinstance(target, Target) else get_target(target)
+    fn = module.kernel
+    aligned = set(getattr(fn, "aligned16", frozenset()))
+    warps = num_warps or default_num_warps(module)
+    if warps * tgt.warp_size > tgt.max_threads:
+        raise LoweringError(f"{warps} warps of {tgt.warp_size} exceed {tgt.max_threads} "
+                            f"threads per block on {tgt.name}", fn.loc)
+    laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
+    if should_dump("layout"):
+        dump(laid, "layout")
+    lowering = lower_function(laid.kernel, tgt, warps,
+                              {name: True for name in aligned})
+    if lowering.scratch_bytes > tgt.max_shared_bytes:
+        raise LoweringError(
+            f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory for "
+            f"its layout conversions and reductions; {tgt.name} has {tgt.max_shared_bytes}",
+            fn.loc, hints=["use smaller tiles"])
+    text = str(lowering.module)
+    tm = _target_machine(tgt)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.triple = tgt.triple
+        mod.data_layout = str(tm.target_data)
+        if tgt.is_nvidia and lowering.math.used:
+            libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
+        for f in mod.functions:
+            if not f.is_declaration and f.name != fn.name:
+                f.linkage = llvm.Linkage.internal
+        mod.verify()
+    except RuntimeError as exc:
+        raise LoweringError(f"internal error: LLVM rejected the code for `{fn.name}` on "
+                            f"{tgt.name}: {exc}", fn.loc,
+                            hints=["please report this with TILEKIT_DUMP=layout,llvm output"]
+                            ) from None
+    llvm_text = str(mod) if should_dump("llvm") else text
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    if tgt.is_nvidia:
+        binary, kind = tm.emit_assembly(mod).encode(), "ptx"
+    else:
+        binary, kind = tm.emit_object(mod), "elf"
+    written = tuple(sorted({op.operands[0].name_hint for op in laid.walk()
+                            if op.name in ("store", "tile_store", "atomic")
+                            and op.operands[0].name_hint}))
+    return CompiledKernel(
+        name=fn.name, target=tgt.name, binary_kind=kind, binary=binary, num_warps=warps,
+        warp_size=tgt.warp_size, shared_bytes=lowering.scratch_bytes,
+        params=tuple(lowering.slots), asserts=tuple(lowering.asserts), written_args=written,
+        llvm_ir=llvm_text)

@@ -1,0 +1,562 @@
+"""IR with layouts -> one LLVM kernel function, per thread.
+
+Every tile value becomes the list of registers its layout gives each thread
+(``TileLayout.num_regs`` LLVM values; a scalar is one). A register's tile
+coordinate is ``offset(register) + lane term + warp term`` (the layout's affine
+form): the thread terms are computed once, in a prologue block that dominates
+the whole body, and a register's coordinate is that plus a constant.
+
+Ops are lowered by rules registered per op name (``rules.RULES``); this module
+holds the shared machinery (values, coordinates, ownership, shared-memory
+scratch, barriers, predicated loads and stores) and the rules for values made
+from nothing, elementwise ops and control flow. ``lower_memory`` and
+``lower_tiles`` hold the others. A missing rule is a ``LoweringError`` naming
+the op and the user's line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llvmlite import ir
+
+from tilekit.codegen import scalar_ops as S
+from tilekit.codegen.artifact import AssertSite, ParamSlot, SlotKind
+from tilekit.codegen.mathlib import MathLib
+from tilekit.codegen.rules import RULES, rule
+from tilekit.codegen.target import Target
+from tilekit.errors import LoweringError, SourceLoc, TilekitError
+from tilekit.ir.core import Block, Function, Operation, Value
+from tilekit.ir.dtypes import DType
+from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY
+from tilekit.ir.types import TensorType, TileType
+from tilekit.layout.tile_layouts import ThreadTerm, TileLayout
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+
+def c32(value: int) -> ir.Constant:
+    return ir.Constant(I32, value)
+
+
+@dataclass
+class TensorHandle:
+    """A tensor argument inside the kernel: base address and its runtime sizes/strides."""
+
+    name: str
+    dtype: DType
+    index: DType
+    base: ir.Value  # i64 address
+    sizes: list[ir.Value]
+    strides: list[ir.Value]
+
+    @property
+    def index_type(self) -> ir.IntType:
+        return ir.IntType(self.index.bits)
+
+
+class KernelLowering:
+    """Lowers one IR function (with layouts) to one LLVM kernel."""
+
+    def __init__(self, fn: Function, target: Target, num_warps: int,
+                 aligned16: dict[str, bool] | None = None) -> None:
+        from tilekit.codegen import amdgpu, nvptx
+
+        self.fn = fn
+        self.target = target
+        self.num_warps = num_warps
+        self.warp_size = target.warp_size
+        self.threads = num_warps * target.warp_size
+        self.aligned16 = aligned16 or {}
+        self.vendor = nvptx.Vendor() if target.vendor == "nvptx" else amdgpu.Vendor()
+        self.module = ir.Module(name=fn.name)
+        self.module.triple = target.triple
+        self.math = MathLib.for_target(target.triple)
+        self.values: dict[int, Any] = {}
+        self.asserts: list[AssertSite] = []
+        self.scratch_bytes = 0
+        self.slots: list[ParamSlot] = []
+        self._terms: dict[tuple, ir.Value] = {}
+        self._build_signature()
+
+    # --- signature and prologue ------------------------------------------------------------
+
+    def _build_signature(self) -> None:
+        types: list[ir.Type] = []
+        for arg in self.fn.args:
+            t = arg.type
+            name = arg.name_hint or "arg"
+            if isinstance(t, TensorType):
+                index = ir.IntType(t.index.bits)
+                self.slots.append(ParamSlot(SlotKind.POINTER, name, "uint64"))
+                types.append(I64)
+                for axis in range(t.rank):
+                    self.slots.append(ParamSlot(SlotKind.SIZE, name, t.index.long, axis))
+                    types.append(index)
+                for axis in range(t.rank):
+                    self.slots.append(ParamSlot(SlotKind.STRIDE, name, t.index.long, axis))
+                    types.append(index)
+            else:
+                assert isinstance(t, TileType) and t.is_scalar
+                self.slots.append(ParamSlot(SlotKind.SCALAR, name, t.dtype.long))
+                types.append(S.memory_type(t.dtype))
+        self.slots.append(ParamSlot(SlotKind.STATUS, "", "uint64"))
+        types.append(I64)
+        self.func = self.vendor.kernel_function(self.module, self.fn.name, types, self.threads)
+        self.prologue = self.func.append_basic_block("prologue")
+        body = self.func.append_basic_block("body")
+        self.pb = ir.IRBuilder(self.prologue)
+        self.b = ir.IRBuilder(body)
+        self._body = body
+        self.smem = self.vendor.shared_base(self.module, 0)
+        params = iter(self.func.args)
+        for arg in self.fn.args:
+            t = arg.type
+            if isinstance(t, TensorType):
+                base = next(params)
+                sizes = [next(params) for _ in range(t.rank)]
+                strides = [next(params) for _ in range(t.rank)]
+                self.values[id(arg)] = TensorHandle(arg.name_hint or "tensor", t.dtype, t.index,
+                                                    base, sizes, strides)
+            else:
+                self.values[id(arg)] = [S.from_memory(self.pb, next(params), t.dtype)]
+        self.status = next(params)
+        self.tid = self.vendor.thread_id(self.pb)
+        shift = self.warp_size.bit_length() - 1
+        self.lane = self.pb.and_(self.tid, c32(self.warp_size - 1))
+        self.warp = self.pb.lshr(self.tid, c32(shift))
+
+    def finish(self) -> ir.Module:
+        self.b.ret_void()
+        self.pb.branch(self._body)
+        return self.module
+
+    # --- values ----------------------------------------------------------------------------
+
+    def regs(self, value: Value) -> list[ir.Value]:
+        try:
+            return self.values[id(value)]
+        except KeyError:
+            raise LoweringError("internal: a value was used before it was lowered") from None
+
+    def tensor(self, value: Value) -> TensorHandle:
+        return self.values[id(value)]
+
+    def define(self, value: Value, regs: Sequence[ir.Value]) -> None:
+        lay = layout_of(value)
+        if len(regs) != lay.num_regs:
+            raise LoweringError(f"internal: {len(regs)} registers for a layout of "
+                                f"{lay.num_regs}")
+        self.values[id(value)] = list(regs)
+
+    # --- coordinates and ownership --------------------------------------------------------
+
+    def term(self, which: str, t: ThreadTerm) -> ir.Value:
+        """``((id // div) % mod) * mult`` of the lane or warp id, computed in the prologue."""
+        if t.mod == 1 or t.mult == 0:
+            return c32(0)
+        key = (which, t.div, t.mod, t.mult)
+        if key not in self._terms:
+            pb = self.pb
+            ident = self.lane if which == "lane" else self.warp
+            v = pb.lshr(ident, c32(t.div.bit_length() - 1)) if t.div > 1 else ident
+            v = pb.and_(v, c32(t.mod - 1))
+            if t.mult != 1:
+                v = pb.mul(v, c32(t.mult))
+            self._terms[key] = v
+        return self._terms[key]
+
+    def thread_part(self, lay: TileLayout, dim: int) -> ir.Value:
+        d = lay.dims[dim]
+        key = ("part", d.lane, d.warp)
+        if key not in self._terms:
+            lane, warp = self.term("lane", d.lane), self.term("warp", d.warp)
+            no_warp = d.warp.mod == 1 or d.warp.mult == 0
+            self._terms[key] = lane if no_warp else self.pb.add(lane, warp)
+        return self._terms[key]
+
+    def coord_unwrapped(self, lay: TileLayout, reg: int, dim: int) -> ir.Value:
+        off = lay.dims[dim].offsets[reg]
+        part = self.thread_part(lay, dim)
+        return self.b.add(part, c32(off)) if off else part
+
+    def coord(self, lay: TileLayout, reg: int, dim: int) -> ir.Value:
+        """Register ``reg``'s coordinate along ``dim``, wrapped into the tile (replicas)."""
+        c = self.coord_unwrapped(lay, reg, dim)
+        d = lay.dims[dim]
+        if not lay.may_wrap(reg, dim):
+            return c
+        if d.offsets[reg] + d.lane.span + d.warp.span < 2 * d.extent:
+            inside = self.b.icmp_unsigned("<", c, c32(d.extent))
+            return self.b.select(inside, c, self.b.sub(c, c32(d.extent)))
+        return self.b.urem(c, c32(d.extent))
+
+    def owned(self, lay: TileLayout, reg: int) -> ir.Value | None:
+        """True in the one thread that owns register ``reg``'s element (None: always)."""
+        conds = []
+        for k, d in enumerate(lay.dims):
+            if lay.may_wrap(reg, k):
+                conds.append(self.b.icmp_unsigned("<", self.coord_unwrapped(lay, reg, k),
+                                                  c32(d.extent)))
+        for lane_t, warp_t in lay.replica_terms:
+            for which, t in (("lane", lane_t), ("warp", warp_t)):
+                if t.mod > 1:
+                    conds.append(self.b.icmp_unsigned("==", self.term(which, ThreadTerm(
+                        t.div, t.mod, 1)), c32(0)))
+        return self.all_of(conds)
+
+    def all_of(self, conds: Sequence[ir.Value | None]) -> ir.Value | None:
+        out = None
+        for c in conds:
+            if c is None:
+                continue
+            out = c if out is None else self.b.and_(out, c)
+        return out
+
+    def flat_index(self, lay: TileLayout, reg: int) -> ir.Value:
+        """Row-major index of register ``reg``'s (wrapped) element in the tile."""
+        flat = None
+        for k in range(lay.rank):
+            c = self.coord(lay, reg, k)
+            flat = c if flat is None else self.b.add(self.b.mul(flat, c32(lay.shape[k])), c)
+        return flat if flat is not None else c32(0)
+
+    # --- shared-memory scratch and barriers --------------------------------------------------
+
+    def need_scratch(self, nbytes: int) -> None:
+        self.scratch_bytes = max(self.scratch_bytes, nbytes)
+
+    def smem_ptr(self, byte_offset: ir.Value, elem: ir.Type) -> ir.Value:
+        space = self.vendor.shared_addrspace
+        p = self.b.gep(self.smem, [c32(0), byte_offset])
+        return self.b.bitcast(p, ir.PointerType(elem, space))
+
+    def barrier(self) -> None:
+        self.vendor.barrier(self.b)
+
+    def stage(self, lay: TileLayout, dtype: DType, regs: Sequence[ir.Value],
+              index_of=None) -> None:
+        """Write every register to scratch at its element's row-major index (replicas write
+        the same value to the same place), between barriers."""
+        mem = S.memory_type(dtype)
+        size = max(1, dtype.itemsize)
+        self.need_scratch(_numel(lay.shape) * size)
+        self.barrier()
+        for r, v in enumerate(regs):
+            idx = index_of(r) if index_of else self.flat_index(lay, r)
+            ptr = self.smem_ptr(self.b.mul(idx, c32(size)), mem)
+            self.b.store(S.to_memory(self.b, v, dtype), ptr)
+        self.barrier()
+
+    def unstage(self, lay: TileLayout, dtype: DType, index_of=None) -> list[ir.Value]:
+        """Read a staged tile back in ``lay``."""
+        mem = S.memory_type(dtype)
+        size = max(1, dtype.itemsize)
+        out = []
+        for r in range(lay.num_regs):
+            idx = index_of(r) if index_of else self.flat_index(lay, r)
+            out.append(S.from_memory(self.b, self.b.load(
+                self.smem_ptr(self.b.mul(idx, c32(size)), mem)), dtype))
+        return out
+
+    # --- predicated memory -------------------------------------------------------------------
+
+    def if_then_store(self, pred: ir.Value | None, store) -> None:
+        if pred is None:
+            store()
+            return
+        with self.b.if_then(pred):
+            store()
+
+    def select_load(self, pred: ir.Value | None, load, other: ir.Value) -> ir.Value:
+        """``load()`` where ``pred`` holds, else ``other``, touching no memory otherwise."""
+        if pred is None:
+            return load()
+        before = self.b.block
+        with self.b.if_then(pred):
+            value = load()
+            then_block = self.b.block
+        phi = self.b.phi(value.type)
+        phi.add_incoming(value, then_block)
+        phi.add_incoming(other, before)
+        return phi
+
+    # --- errors reported through the status word ---------------------------------------------
+
+    def report(self, failed: ir.Value, message: str, loc: SourceLoc | None) -> None:
+        """Where ``failed`` holds, record assertion site ``message`` in the status word (the
+        first failure wins) and the program id; the runtime raises it after the launch."""
+        site = AssertSite(message, loc.file if loc else "", loc.line if loc else 0,
+                          loc.col if loc else None)
+        self.asserts.append(site)
+        code = len(self.asserts)
+        with self.b.if_then(failed):
+            words = self.b.inttoptr(self.status, ir.PointerType(I32, self.vendor.global_addrspace))
+            old = self.b.cmpxchg(words, c32(0), c32(code), "monotonic", "monotonic")
+            won = self.b.extract_value(old, 1)
+            with self.b.if_then(won):
+                for axis in range(3):
+                    self.b.store(self.vendor.block_id(self.b, axis),
+                                 self.b.gep(words, [c32(1 + axis)]))
+
+    # --- walking ---------------------------------------------------------------------------
+
+    def lower_block(self, block: Block) -> list[list[ir.Value]]:
+        """Lower a block's ops; the yielded values' registers (for loops and branches)."""
+        for op in block.ops:
+            if op.opdef.is_terminator:
+                return [self.regs(v) for v in op.operands]
+            fn = RULES.get(op.name)
+            if fn is None:
+                raise LoweringError(f"no lowering for `{op.name}` on {self.target.name}", op.loc)
+            try:
+                fn(self, op)
+            except TilekitError:
+                raise
+            except NotImplementedError as exc:
+                raise LoweringError(f"`{op.name}` cannot be lowered for {self.target.name}: "
+                                    f"{exc}", op.loc) from None
+        return []
+
+
+def layout_of(value: Value) -> TileLayout:
+    t = value.type
+    if not isinstance(t, TileType) or not isinstance(t.layout, TileLayout):
+        raise LoweringError(f"internal: value of type {t} has no layout")
+    return t.layout
+
+
+def dtype_of(value: Value) -> DType:
+    return value.type.dtype
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+# --- rules: values made from nothing ----------------------------------------------------------
+
+@rule("constant")
+def _constant(L: KernelLowering, op: Operation) -> None:
+    lay = layout_of(op.result)
+    value = S.constant(op.attrs["dtype"], op.attrs["value"])
+    L.define(op.result, [value] * lay.num_regs)
+
+
+@rule("arange")
+def _arange(L: KernelLowering, op: Operation) -> None:
+    lay = layout_of(op.result)
+    start = op.attrs["start"]
+    L.define(op.result, [L.b.add(L.coord(lay, r, 0), c32(start)) if start else
+                         L.coord(lay, r, 0) for r in range(lay.num_regs)])
+
+
+@rule("program_id")
+def _program_id(L: KernelLowering, op: Operation) -> None:
+    L.define(op.result, [L.vendor.block_id(L.b, op.attrs["axis"])])
+
+
+@rule("num_programs")
+def _num_programs(L: KernelLowering, op: Operation) -> None:
+    L.define(op.result, [L.vendor.num_blocks(L.b, op.attrs["axis"])])
+
+
+@rule("dim", "stride")
+def _tensor_meta(L: KernelLowering, op: Operation) -> None:
+    t = L.tensor(op.operands[0])
+    source = t.sizes if op.name == "dim" else t.strides
+    L.define(op.result, [source[op.attrs["axis"]]])
+
+
+# --- rules: elementwise -----------------------------------------------------------------------
+
+def _zip_regs(L: KernelLowering, op: Operation) -> list[list[ir.Value]]:
+    return [L.regs(v) for v in op.operands]
+
+
+def _binary(L: KernelLowering, op: Operation) -> None:
+    x, y = _zip_regs(L, op)
+    dt = dtype_of(op.operands[0])
+    L.define(op.result, [S.binary(L.b, L.math, op.name, dt, a, b) for a, b in zip(x, y)])
+
+
+def _compare(L: KernelLowering, op: Operation) -> None:
+    x, y = _zip_regs(L, op)
+    dt = dtype_of(op.operands[0])
+    L.define(op.result, [S.compare(L.b, op.name, dt, a, b) for a, b in zip(x, y)])
+
+
+def _unary(L: KernelLowering, op: Operation) -> None:
+    (x,) = _zip_regs(L, op)
+    dt = dtype_of(op.operands[0])
+    L.define(op.result, [S.unary(L.b, L.math, op.name, dt, a) for a in x])
+
+
+for _name in BINARY:
+    rule(_name)(_binary)
+for _name in COMPARE:
+    rule(_name)(_compare)
+for _name in UNARY:
+    rule(_name)(_unary)
+
+
+@rule("select")
+def _select(L: KernelLowering, op: Operation) -> None:
+    c, x, y = _zip_regs(L, op)
+    L.define(op.result, [S.select(L.b, p, a, b) for p, a, b in zip(c, x, y)])
+
+
+@rule("cast")
+def _cast(L: KernelLowering, op: Operation) -> None:
+    (x,) = _zip_regs(L, op)
+    src, dst = dtype_of(op.operands[0]), op.attrs["dtype"]
+    L.define(op.result, [S.cast(L.b, src, dst, a) for a in x])
+
+
+@rule("bitcast")
+def _bitcast(L: KernelLowering, op: Operation) -> None:
+    (x,) = _zip_regs(L, op)
+    src, dst = dtype_of(op.operands[0]), op.attrs["dtype"]
+    L.define(op.result, [S.bitcast(L.b, src, dst, a) for a in x])
+
+
+# --- rules: control flow ----------------------------------------------------------------------
+
+@rule("for")
+def _for(L: KernelLowering, op: Operation) -> None:
+    """``for iv = lo; step > 0 ? iv < hi : iv > hi; iv += step`` with carried registers as
+    phis. A zero step is reported through the status word and runs no iteration."""
+    b = L.b
+    lo, hi, step = (L.regs(op.operand(s))[0] for s in ("lo", "hi", "step"))
+    ity = lo.type
+    zero = ir.Constant(ity, 0)
+    step_op = getattr(op.operand("step"), "owner", None)
+    if step_op is None or step_op.name != "constant":  # a literal step is never 0
+        L.report(b.icmp_signed("==", step, zero), "loop step is 0", op.loc)
+    inits = [L.regs(v) for v in op.variadic("inits")]
+    body = op.regions[0].block
+    entry = b.block
+    header = L.func.append_basic_block("loop")
+    body_bb = L.func.append_basic_block("loop_body")
+    exit_bb = L.func.append_basic_block("loop_exit")
+    b.branch(header)
+    b.position_at_end(header)
+    iv = b.phi(ity)
+    iv.add_incoming(lo, entry)
+    phis = []
+    for regs in inits:
+        row = []
+        for v in regs:
+            p = b.phi(v.type)
+            p.add_incoming(v, entry)
+            row.append(p)
+        phis.append(row)
+    up = b.and_(b.icmp_signed(">", step, zero), b.icmp_signed("<", iv, hi))
+    down = b.and_(b.icmp_signed("<", step, zero), b.icmp_signed(">", iv, hi))
+    b.cbranch(b.or_(up, down), body_bb, exit_bb)
+    b.position_at_end(body_bb)
+    L.values[id(body.args[0])] = [iv]
+    for arg, row in zip(body.args[1:], phis):
+        L.values[id(arg)] = list(row)
+    yielded = L.lower_block(body)
+    latch = b.block
+    iv.add_incoming(b.add(iv, step), latch)
+    for row, new in zip(phis, yielded):
+        for p, v in zip(row, new):
+            p.add_incoming(v, latch)
+    b.branch(header)
+    b.position_at_end(exit_bb)
+    for res, row in zip(op.results, phis):
+        L.values[id(res)] = list(row)
+
+
+@rule("when")
+def _when(L: KernelLowering, op: Operation) -> None:
+    b = L.b
+    cond = L.regs(op.operand("cond"))[0]
+    inits = [L.regs(v) for v in op.variadic("inits")]
+    entry = b.block
+    then_bb = L.func.append_basic_block("when")
+    merge = L.func.append_basic_block("when_end")
+    b.cbranch(cond, then_bb, merge)
+    b.position_at_end(then_bb)
+    yielded = L.lower_block(op.regions[0].block)
+    then_end = b.block
+    b.branch(merge)
+    b.position_at_end(merge)
+    for res, old, new in zip(op.results, inits, yielded):
+        row = []
+        for o, n in zip(old, new):
+            p = b.phi(o.type)
+            p.add_incoming(n, then_end)
+            p.add_incoming(o, entry)
+            row.append(p)
+        L.values[id(res)] = row
+
+
+# --- rules: debugging effects -----------------------------------------------------------------
+
+@rule("assert")
+def _assert(L: KernelLowering, op: Operation) -> None:
+    cond = op.operand("cond")
+    lay = layout_of(cond)
+    regs = L.regs(cond)
+    bad = None
+    for r, v in enumerate(regs):
+        own = L.owned(lay, r)
+        failed = L.b.not_(v)
+        if own is not None:
+            failed = L.b.and_(failed, own)
+        bad = failed if bad is None else L.b.or_(bad, failed)
+    L.report(bad, f"device assertion failed: {op.attrs['message']}", op.loc)
+
+
+_PRINTF = {DType.FLOAT16: "%f", DType.BFLOAT16: "%f", DType.FLOAT32: "%f",
+           DType.FLOAT64: "%f", DType.INT64: "%lld", DType.UINT64: "%llu",
+           DType.UINT8: "%u", DType.UINT16: "%u", DType.UINT32: "%u"}
+
+
+@rule("print")
+def _print(L: KernelLowering, op: Operation) -> None:
+    """One line per owned element: ``pid (x, y, z) idx (i, j) prefix value``."""
+    b = L.b
+    prefix = op.attrs["prefix"].replace("%", "%%")
+    for value in op.operands:
+        lay = layout_of(value)
+        dt = dtype_of(value)
+        for r, v in enumerate(L.regs(value)):
+            own = L.owned(lay, r)
+            coords = [L.coord(lay, r, k) for k in range(lay.rank)]
+            if dt.is_float:
+                arg = S.cast(b, dt, DType.FLOAT64, v)
+            elif dt.is_bool:
+                arg = b.zext(v, I32)
+            elif dt.bits < 32:
+                arg = b.sext(v, I32) if dt.is_signed else b.zext(v, I32)
+            else:
+                arg = v
+            spec = _PRINTF.get(dt, "%d")
+            where = "" if not coords else " idx (" + ", ".join(["%d"] * len(coords)) + ")"
+            fmt = f"pid (%d, %d, %d){where} {prefix}{spec}\n"
+
+            def emit(coords=coords, arg=arg, fmt=fmt) -> None:
+                ids = [L.vendor.block_id(b, a) for a in range(3)]
+                L.vendor.printf(b, fmt, ids + coords + [arg])
+
+            L.if_then_store(own, emit)
+
+
+def lower_function(fn: Function, target: Target, num_warps: int,
+                   aligned16: dict[str, bool] | None = None) -> KernelLowering:
+    """Lower ``fn`` (every tile value has a layout) to an LLVM module."""
+    from tilekit.codegen import lower_memory, lower_tiles  # noqa: F401  (register rules)
+
+    lowering = KernelLowering(fn, target, num_warps, aligned16)
+    lowering.lower_block(fn.entry)
+    lowering.finish()
+    return lowering

@@ -1,0 +1,328 @@
+"""Lowering of global memory ops: loads, stores, atomics, and tile views.
+
+An element's address is ``base + offset * itemsize`` with the offset in the
+tensor's index type (int32 when the span allows, else int64). Registers that
+a layout keeps consecutive along the unit-stride dim (a blocked encoding's
+``size_per_thread`` along ``order[0]``) are accessed as one vector of up to 16
+bytes when, at run time, their offsets are consecutive, the address is aligned
+and every lane of the vector is active; otherwise element by element, each
+predicated, so a masked-off element touches no memory. LLVM folds the checks it
+can prove (consecutive offsets from ``arange``, alignment from the
+specialization's ``aligned16`` fact), which is how a vector add gets unguarded
+128-bit loads.
+
+Stores and atomics are done by the element's owner only (replicas skip them);
+an atomic's old value is handed to the replicas through shared memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir
+
+from tilekit.codegen import scalar_ops as S
+from tilekit.codegen.lower import I1, I64, KernelLowering, TensorHandle, c32, dtype_of, layout_of
+from tilekit.codegen.rules import rule
+from tilekit.ir.core import Operation
+from tilekit.ir.dtypes import DType
+from tilekit.ir.ops.memory import AtomicKind
+from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
+
+
+def _to_i64(b: ir.IRBuilder, v: ir.Value, signed: bool = True) -> ir.Value:
+    if v.type.width == 64:
+        return v
+    return b.sext(v, I64) if signed else b.zext(v, I64)
+
+
+def element_ptr(L: KernelLowering, t: TensorHandle, offset: ir.Value,
+                signed: bool = True) -> ir.Value:
+    b = L.b
+    addr = b.add(t.base, b.mul(_to_i64(b, offset, signed), ir.Constant(I64, t.dtype.itemsize)))
+    return b.inttoptr(addr, ir.PointerType(S.memory_type(t.dtype),
+                                           L.vendor.global_addrspace))
+
+
+def vector_groups(L: KernelLowering, lay: TileLayout, itemsize: int) -> list[list[int]]:
+    """Runs of registers a thread may access as one vector: consecutive along the
+    encoding's most minor dim, at most ``max_vector_bytes``."""
+    n = lay.num_regs
+    enc = lay.encoding
+    width = 1
+    if isinstance(enc, BlockedEncoding) and lay.rank:
+        minor = enc.order[0]
+        spt = min(enc.size_per_thread[minor], lay.shape[minor])
+        width = 1
+        while width * 2 <= spt and width * 2 * itemsize <= L.target.max_vector_bytes \
+                and spt % (width * 2) == 0:
+            width *= 2
+        if width > 1:
+            offs = lay.dims[minor].offsets
+            for g in range(0, n, width):
+                if any(offs[g + i] != offs[g] + i for i in range(width)):
+                    width = 1
+                    break
+    return [list(range(g, min(n, g + width))) for g in range(0, n, width)]
+
+
+def _aligned(L: KernelLowering, t: TensorHandle, first_offset: ir.Value, nbytes: int,
+             signed: bool) -> ir.Value:
+    """Whether element ``first_offset`` starts an ``nbytes``-aligned vector."""
+    b = L.b
+    off = _to_i64(b, first_offset, signed)
+    if L.aligned16.get(t.name) and nbytes <= 16:
+        count = nbytes // t.dtype.itemsize
+        return b.icmp_unsigned("==", b.and_(off, ir.Constant(I64, count - 1)),
+                               ir.Constant(I64, 0))
+    addr = b.add(t.base, b.mul(off, ir.Constant(I64, t.dtype.itemsize)))
+    return b.icmp_unsigned("==", b.and_(addr, ir.Constant(I64, nbytes - 1)), ir.Constant(I64, 0))
+
+
+def _contiguous(L: KernelLowering, offsets: Sequence[ir.Value]) -> ir.Value | None:
+    b = L.b
+    conds = []
+    for i, o in enumerate(offsets[1:], start=1):
+        conds.append(b.icmp_signed("==", o, b.add(offsets[0], ir.Constant(o.type, i))))
+    return L.all_of(conds)
+
+
+def gather(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequence[ir.Value],
+           preds: Sequence[ir.Value | None], others: Sequence[ir.Value],
+           signed: bool = True) -> list[ir.Value]:
+    """Load one element per register (``preds`` None: always), vectorized where it can be."""
+    b = L.b
+    dt = t.dtype
+    out: list[ir.Value] = [None] * len(offsets)  # type: ignore[list-item]
+    for group in vector_groups(L, lay, dt.itemsize):
+        if len(group) == 1:
+            r = group[0]
+            out[r] = L.select_load(preds[r], lambda r=r: S.from_memory(
+                b, b.load(element_ptr(L, t, offsets[r], signed)), dt), others[r])
+            continue
+        width = len(group)
+        offs = [offsets[r] for r in group]
+        fast = L.all_of([_contiguous(L, offs), _aligned(L, t, offs[0], width * dt.itemsize,
+                                                        signed)]
+                        + [preds[r] for r in group])
+        before = b.block
+        mem = S.memory_type(dt)
+        vty = ir.VectorType(mem, width)
+        with b.if_else(fast if fast is not None else ir.Constant(I1, 1)) as (vec, scalar):
+            with vec:
+                ptr = b.bitcast(element_ptr(L, t, offs[0], signed),
+                                ir.PointerType(vty, L.vendor.global_addrspace))
+                v = b.load(ptr, align=width * dt.itemsize)
+                fast_vals = [S.from_memory(b, b.extract_element(v, c32(i)), dt)
+                             for i in range(width)]
+                fast_end = b.block
+            with scalar:
+                slow_vals = [L.select_load(preds[r], lambda r=r: S.from_memory(
+                    b, b.load(element_ptr(L, t, offsets[r], signed)), dt), others[r])
+                    for r in group]
+                slow_end = b.block
+        del before
+        for i, r in enumerate(group):
+            phi = b.phi(fast_vals[i].type)
+            phi.add_incoming(fast_vals[i], fast_end)
+            phi.add_incoming(slow_vals[i], slow_end)
+            out[r] = phi
+    return out
+
+
+def scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequence[ir.Value],
+            values: Sequence[ir.Value], preds: Sequence[ir.Value | None],
+            signed: bool = True) -> None:
+    """Store one element per register where ``preds`` holds, vectorized where it can be."""
+    b = L.b
+    dt = t.dtype
+
+    def one(r: int) -> None:
+        L.if_then_store(preds[r], lambda: b.store(S.to_memory(b, values[r], dt),
+                                                  element_ptr(L, t, offsets[r], signed)))
+
+    for group in vector_groups(L, lay, dt.itemsize):
+        if len(group) == 1:
+            one(group[0])
+            continue
+        width = len(group)
+        offs = [offsets[r] for r in group]
+        fast = L.all_of([_contiguous(L, offs), _aligned(L, t, offs[0], width * dt.itemsize,
+                                                        signed)]
+                        + [preds[r] for r in group])
+        vty = ir.VectorType(S.memory_type(dt), width)
+        with b.if_else(fast if fast is not None else ir.Constant(I1, 1)) as (vec, scalar):
+            with vec:
+                v = ir.Constant(vty, None)
+                for i, r in enumerate(group):
+                    v = b.insert_element(v, S.to_memory(b, values[r], dt), c32(i))
+                ptr = b.bitcast(element_ptr(L, t, offs[0], signed),
+                                ir.PointerType(vty, L.vendor.global_addrspace))
+                b.store(v, ptr, align=width * dt.itemsize)
+            with scalar:
+                for r in group:
+                    one(r)
+
+
+def _and(L: KernelLowering, a: ir.Value | None, b_: ir.Value | None) -> ir.Value | None:
+    return L.all_of([a, b_])
+
+
+# --- load / store / atomic with offset tiles --------------------------------------------------
+
+@rule("load")
+def _load(L: KernelLowering, op: Operation) -> None:
+    t = L.tensor(op.operand("tensor"))
+    lay = layout_of(op.result)
+    offs_v = op.operand("offsets")
+    offsets = L.regs(offs_v)
+    signed = dtype_of(offs_v).is_signed
+    mask = L.regs(op.operand("mask")) if op.operand("mask") is not None else None
+    if op.operand("other") is not None:
+        others = L.regs(op.operand("other"))
+    else:
+        others = [S.constant(t.dtype, 0)] * lay.num_regs
+    preds = [mask[r] if mask else None for r in range(lay.num_regs)]
+    L.define(op.result, gather(L, t, lay, offsets, preds, others, signed))
+
+
+@rule("store")
+def _store(L: KernelLowering, op: Operation) -> None:
+    t = L.tensor(op.operand("tensor"))
+    value = op.operand("value")
+    lay = layout_of(value)
+    offs_v = op.operand("offsets")
+    mask = L.regs(op.operand("mask")) if op.operand("mask") is not None else None
+    preds = [_and(L, L.owned(lay, r), mask[r] if mask else None) for r in range(lay.num_regs)]
+    scatter(L, t, lay, L.regs(offs_v), L.regs(value), preds, dtype_of(offs_v).is_signed)
+
+
+_RMW_INT = {AtomicKind.ADD: ("add", "add"), AtomicKind.MAX: ("max", "umax"),
+            AtomicKind.MIN: ("min", "umin"), AtomicKind.XCHG: ("xchg", "xchg")}
+
+
+def _atomic_one(L: KernelLowering, kind: AtomicKind, dt: DType, ptr: ir.Value,
+                value: ir.Value) -> ir.Value:
+    b = L.b
+    if dt.is_int:
+        op = _RMW_INT[kind][0 if dt.is_signed else 1]
+        return b.atomic_rmw(op, ptr, value, "monotonic")
+    if kind is AtomicKind.ADD:
+        return b.atomic_rmw("fadd", ptr, value, "monotonic")
+    ity = ir.IntType(dt.bits)
+    iptr = b.bitcast(ptr, ir.PointerType(ity, L.vendor.global_addrspace))
+    if kind is AtomicKind.XCHG:
+        return b.bitcast(b.atomic_rmw("xchg", iptr, b.bitcast(value, ity), "monotonic"),
+                         value.type)
+    # max / min on floats: a compare-and-swap loop with the language's NaN-propagating
+    # maximum/minimum (the hardware has no such float atomic).
+    name = "maximum" if kind is AtomicKind.MAX else "minimum"
+    entry = b.block
+    first = b.load(iptr)
+    loop = L.func.append_basic_block("atomic_cas")
+    done = L.func.append_basic_block("atomic_done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    old = b.phi(ity)
+    old.add_incoming(first, entry)
+    new = S.binary(b, L.math, name, dt, b.bitcast(old, value.type), value)
+    pair = b.cmpxchg(iptr, old, b.bitcast(new, ity), "monotonic", "monotonic")
+    seen = b.extract_value(pair, 0)
+    old.add_incoming(seen, b.block)
+    b.cbranch(b.extract_value(pair, 1), done, loop)
+    b.position_at_end(done)
+    return b.bitcast(seen, value.type)
+
+
+@rule("atomic")
+def _atomic(L: KernelLowering, op: Operation) -> None:
+    b = L.b
+    t = L.tensor(op.operand("tensor"))
+    value = op.operand("value")
+    lay = layout_of(value)
+    offs_v = op.operand("offsets")
+    offsets = L.regs(offs_v)
+    signed = dtype_of(offs_v).is_signed
+    values = L.regs(value)
+    mask = L.regs(op.operand("mask")) if op.operand("mask") is not None else None
+    kind = op.attrs["kind"]
+    dt = t.dtype
+    olds = []
+    owners = []
+    for r in range(lay.num_regs):
+        own = L.owned(lay, r)
+        owners.append(own)
+        pred = _and(L, own, mask[r] if mask else None)
+        zero = S.constant(dt, 0)
+        olds.append(L.select_load(pred, lambda r=r: _atomic_one(
+            L, kind, dt, element_ptr(L, t, offsets[r], signed), values[r]), zero))
+    if lay.has_replicas:
+        # Replicas learn the owner's old value through shared memory.
+        size = dt.itemsize
+        L.need_scratch(max(1, _numel(lay.shape)) * size)
+        L.barrier()
+        for r, v in enumerate(olds):
+            idx = L.flat_index(lay, r)
+            ptr = L.smem_ptr(b.mul(idx, c32(size)), S.memory_type(dt))
+            L.if_then_store(owners[r], lambda v=v, ptr=ptr: b.store(v, ptr))
+        L.barrier()
+        olds = L.unstage(lay, dt)
+    L.define(op.result, olds)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+# --- tile views -------------------------------------------------------------------------------
+
+def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
+                     ) -> tuple[TensorHandle, list[ir.Value], list[ir.Value | None]]:
+    """Per register: the element offset (index type) and whether it is inside the tensor."""
+    b = L.b
+    t = L.tensor(op.operand("tensor"))
+    ity = t.index_type
+    shape = op.attrs["shape"]
+    starts = []
+    for v, n in zip(op.variadic("index"), shape):
+        idx = _to_i64(b, L.regs(v)[0], dtype_of(v).is_signed)
+        starts.append(b.mul(idx, ir.Constant(I64, n)))
+    sizes = [_to_i64(b, s) for s in t.sizes]
+    offsets, inside = [], []
+    for r in range(lay.num_regs):
+        off = None
+        conds = []
+        for d in range(lay.rank):
+            # Bounds in 64 bits (a tile index far outside must not wrap back inside);
+            # the offset itself in the tensor's index type.
+            g = b.add(starts[d], b.zext(L.coord(lay, r, d), I64))
+            conds.append(b.icmp_unsigned("<", g, sizes[d]))
+            gi = g if ity.width == 64 else b.trunc(g, ity)
+            term = b.mul(gi, t.strides[d])
+            off = term if off is None else b.add(off, term)
+        offsets.append(off if off is not None else ir.Constant(ity, 0))
+        inside.append(L.all_of(conds))
+    return t, offsets, inside
+
+
+@rule("tile_load")
+def _tile_load(L: KernelLowering, op: Operation) -> None:
+    lay = layout_of(op.result)
+    t, offsets, inside = _tile_addressing(L, op, lay)
+    pad = S.constant(t.dtype, op.attrs.get("padding", 0))
+    L.define(op.result, gather(L, t, lay, offsets, inside, [pad] * lay.num_regs))
+
+
+@rule("tile_store")
+def _tile_store(L: KernelLowering, op: Operation) -> None:
+    value = op.operand("value")
+    lay = layout_of(value)
+    t, offsets, inside = _tile_addressing(L, op, lay)
+    preds = [_and(L, L.owned(lay, r), inside[r]) for r in range(lay.num_regs)]
+    scatter(L, t, lay, offsets, L.regs(value), preds)
+
+
+__all__: list[Callable] = []

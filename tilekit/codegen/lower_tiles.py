@@ -1,0 +1,476 @@
+"""Lowering of ops that move elements between threads or change a tile's shape:
+broadcast, expand_dims, permute, reshape, convert_layout, reductions, scans, dot.
+
+The layout pass chose layouts so that most of these stay inside a thread:
+a broadcast operand has the result's encoding (sliced at added dims), a
+reduction's result is a slice of its operand's encoding, a permute permutes the
+encoding. Then a result register is an operand register, found by matching the
+registers' offsets on the dims the two layouts share (``rename``). Where the
+thread terms differ, elements go through shared memory (``stage``/``unstage``
+at each element's row-major index, between barriers).
+
+Reductions combine in-thread, then across lanes with butterfly shuffles over the
+lane bits of the reduced dim, then across warps through shared memory, every
+step in the accumulation type (float32 for 16-bit floats) with the reduction's
+identity in slots a thread does not own; the result is replicated in every
+thread, as a slice layout says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from tilekit.codegen import scalar_ops as S
+from tilekit.codegen.lower import I32, KernelLowering, c32, dtype_of, layout_of
+from tilekit.codegen.rules import rule
+from tilekit.errors import LoweringError
+from tilekit.ir.core import Operation
+from tilekit.ir.dtypes import DType
+from tilekit.ir.ops.structure import ArgKind, ReduceKind
+from tilekit.layout.tile_layouts import TileLayout
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def rename(src: TileLayout, regs: Sequence[ir.Value], dst: TileLayout,
+           dim_map: Sequence[int | None]) -> list[ir.Value] | None:
+    """``dst``'s registers taken from ``src``'s in the same thread, where ``dim_map[k]``
+    is the ``src`` dim that ``dst`` dim ``k`` reads (None: ``dst`` has extent 1 there or
+    ``src`` is broadcast along it). None when the thread terms differ (data must move)."""
+    pairs = [(k, s) for k, s in enumerate(dim_map) if s is not None]
+    for k, s in pairs:
+        a, b = dst.dims[k], src.dims[s]
+        if a.extent != b.extent or a.lane != b.lane or a.warp != b.warp:
+            if a.extent == 1:
+                continue
+            return None
+    # Replicated threads must agree too: a dst owner must find the value in its own thread,
+    # which holds whenever the terms on every shared dim match (checked above).
+    table: dict[tuple[int, ...], int] = {}
+    for r in range(src.num_regs):
+        key = tuple(src.dims[s].offsets[r] for _, s in pairs)
+        table.setdefault(key, r)
+    out = []
+    for r in range(dst.num_regs):
+        key = tuple(dst.dims[k].offsets[r] for k, _ in pairs)
+        if key not in table:
+            return None
+        out.append(regs[table[key]])
+    return out
+
+
+def relayout(L: KernelLowering, src: TileLayout, regs: Sequence[ir.Value], dst: TileLayout,
+             dtype: DType, dim_map: Sequence[int | None]) -> list[ir.Value]:
+    """Registers of ``dst`` for the same elements: renamed in-thread when possible, else
+    staged through shared memory at each element's row-major index."""
+    out = rename(src, regs, dst, dim_map)
+    if out is not None:
+        return out
+    L.stage(src, dtype, regs)
+    return L.unstage(dst, dtype)
+
+
+@rule("convert_layout")
+def _convert_layout(L: KernelLowering, op: Operation) -> None:
+    x = op.operand("x")
+    src, dst = layout_of(x), layout_of(op.result)
+    L.define(op.result, relayout(L, src, L.regs(x), dst, dtype_of(x), list(range(dst.rank))))
+
+
+@rule("broadcast")
+def _broadcast(L: KernelLowering, op: Operation) -> None:
+    x = op.operand("x")
+    src, dst = layout_of(x), layout_of(op.result)
+    regs = L.regs(x)
+    if src.rank == 0:
+        L.define(op.result, [regs[0]] * dst.num_regs)
+        return
+    lead = dst.rank - src.rank
+    dim_map: list[int | None] = [None] * dst.rank
+    for d in range(src.rank):
+        if src.shape[d] == dst.shape[lead + d]:
+            dim_map[lead + d] = d
+    out = rename(src, regs, dst, dim_map)
+    if out is None:
+        # Not the layout the pass promised: stage and read with broadcast coordinates.
+        dt = dtype_of(x)
+        L.stage(src, dt, regs)
+        out = L.unstage(dst, dt, index_of=lambda r: _source_flat(L, dst, r, src.shape, lead))
+    L.define(op.result, out)
+
+
+def _source_flat(L: KernelLowering, dst: TileLayout, r: int, shape: Sequence[int],
+                 lead: int) -> ir.Value:
+    flat = c32(0)
+    for d, n in enumerate(shape):
+        c = c32(0) if n == 1 else L.coord(dst, r, lead + d)
+        flat = L.b.add(L.b.mul(flat, c32(n)), c)
+    return flat
+
+
+@rule("expand_dims")
+def _expand_dims(L: KernelLowering, op: Operation) -> None:
+    x = op.operand("x")
+    src, dst = layout_of(x), layout_of(op.result)
+    axis = op.attrs["axis"]
+    dim_map = [None if k == axis else (k if k < axis else k - 1) for k in range(dst.rank)]
+    L.define(op.result, relayout(L, src, L.regs(x), dst, dtype_of(x), dim_map))
+
+
+@rule("permute")
+def _permute(L: KernelLowering, op: Operation) -> None:
+    x = op.operand("x")
+    src, dst = layout_of(x), layout_of(op.result)
+    order = op.attrs["order"]
+    out = rename(src, L.regs(x), dst, list(order))
+    if out is None:
+        dt = dtype_of(x)
+        L.stage(src, dt, L.regs(x))
+        out = L.unstage(dst, dt, index_of=lambda r: _permuted_flat(L, dst, r, src.shape, order))
+    L.define(op.result, out)
+
+
+def _permuted_flat(L: KernelLowering, dst: TileLayout, r: int, src_shape: Sequence[int],
+                   order: Sequence[int]) -> ir.Value:
+    """The source row-major index of dst register ``r``: dst dim k is source dim order[k]."""
+    coords = {order[k]: L.coord(dst, r, k) for k in range(dst.rank)}
+    flat = c32(0)
+    for d, n in enumerate(src_shape):
+        flat = L.b.add(L.b.mul(flat, c32(n)), coords[d])
+    return flat
+
+
+@rule("reshape")
+def _reshape(L: KernelLowering, op: Operation) -> None:
+    """Same elements in row-major order: staged, written and read at the same flat index."""
+    x = op.operand("x")
+    src, dst = layout_of(x), layout_of(op.result)
+    dt = dtype_of(x)
+    L.stage(src, dt, L.regs(x))
+    L.define(op.result, L.unstage(dst, dt))
+
+
+# --- reductions ---------------------------------------------------------------------------------
+
+def _identity(kind: ReduceKind, dtype: DType) -> ir.Constant:
+    """The element ``kind`` leaves unchanged, in ``dtype`` (the accumulation type)."""
+    import numpy as np
+
+    if dtype.is_bool:
+        return ir.Constant(ir.IntType(1), int(kind in (ReduceKind.AND, ReduceKind.PROD,
+                                                       ReduceKind.MIN)))
+    if kind in (ReduceKind.SUM, ReduceKind.OR, ReduceKind.XOR):
+        return S.constant(dtype, 0)
+    if kind is ReduceKind.PROD:
+        return S.constant(dtype, 1)
+    if kind is ReduceKind.AND:
+        return S.constant(dtype, -1) if dtype.is_signed else \
+            S.constant(dtype, int(np.iinfo(dtype.np).max))
+    low = kind is ReduceKind.MAX
+    if dtype.is_float:
+        return S.constant(dtype, float("-inf") if low else float("inf"))
+    info = np.iinfo(dtype.np)
+    return S.constant(dtype, int(info.min if low else info.max))
+
+
+def _to_i32(b: ir.IRBuilder, v: ir.Value) -> list[ir.Value]:
+    """A value as 32-bit words for a shuffle."""
+    ty = v.type
+    if isinstance(ty, ir.IntType):
+        if ty.width == 64:
+            return [b.trunc(v, I32), b.trunc(b.lshr(v, ir.Constant(ty, 32)), I32)]
+        return [v if ty.width == 32 else b.zext(v, I32)]
+    bits = {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(ty)]
+    return _to_i32(b, b.bitcast(v, ir.IntType(bits)))
+
+
+def _from_i32(b: ir.IRBuilder, words: list[ir.Value], ty: ir.Type) -> ir.Value:
+    if isinstance(ty, ir.IntType):
+        if ty.width == 64:
+            lo = b.zext(words[0], ty)
+            hi = b.shl(b.zext(words[1], ty), ir.Constant(ty, 32))
+            return b.or_(lo, hi)
+        return words[0] if ty.width == 32 else b.trunc(words[0], ty)
+    bits = {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(ty)]
+    return b.bitcast(_from_i32(b, words, ir.IntType(bits)), ty)
+
+
+def shuffle_xor(L: KernelLowering, v: ir.Value, mask: int) -> ir.Value:
+    words = [L.vendor.shuffle_xor(L.b, w, mask) for w in _to_i32(L.b, v)]
+    return _from_i32(L.b, words, v.type)
+
+
+class _Combiner:
+    """Combines partial results (tuples: a value, or a value and an index for arg-reductions)."""
+
+    def __init__(self, L: KernelLowering, op: Operation) -> None:
+        self.L = L
+        self.arg = op.name == "argreduce"
+        dt = dtype_of(op.operand("x"))
+        self.dtype = dt
+        self.acc = S.accumulation_dtype(dt)
+        if self.arg:
+            self.argkind: ArgKind = op.attrs["kind"]
+            self.kind = ReduceKind.MAX if self.argkind is ArgKind.ARGMAX else ReduceKind.MIN
+        else:
+            self.kind = op.attrs["kind"]
+
+    def up(self, v: ir.Value) -> ir.Value:
+        return S.cast(self.L.b, self.dtype, self.acc, v) if self.acc is not self.dtype else v
+
+    def identity(self) -> tuple[ir.Value, ...]:
+        ident = _identity(self.kind, self.acc)
+        return (ident, c32(2**31 - 1)) if self.arg else (ident,)
+
+    def __call__(self, x: tuple[ir.Value, ...], y: tuple[ir.Value, ...]) -> tuple[ir.Value, ...]:
+        b = self.L.b
+        if not self.arg:
+            return (S.combine(b, self.L.math, self.kind, self.dtype, x[0], y[0]),)
+        (v1, i1), (v2, i2) = x, y
+        better = ">" if self.argkind is ArgKind.ARGMAX else "<"
+        if self.acc.is_float:
+            nan1 = b.fcmp_unordered("uno", v1, v1)
+            nan2 = b.fcmp_unordered("uno", v2, v2)
+            strictly = b.fcmp_ordered(better, v2, v1)
+            tie = b.or_(b.fcmp_ordered("==", v1, v2), b.and_(nan1, nan2))
+            take = b.or_(b.and_(nan2, b.not_(nan1)), strictly)
+        else:
+            cmp = b.icmp_signed if self.acc.is_signed else b.icmp_unsigned
+            strictly = cmp(better, v2, v1)
+            tie = b.icmp_signed("==", v1, v2)
+            take = strictly
+        take = b.or_(take, b.and_(tie, b.icmp_signed("<", i2, i1)))
+        return (b.select(take, v2, v1), b.select(take, i2, i1))
+
+
+@rule("reduce", "argreduce")
+def _reduce(L: KernelLowering, op: Operation) -> None:
+    b = L.b
+    x = op.operand("x")
+    src, dst = layout_of(x), layout_of(op.result)
+    axis = op.attrs["axis"]
+    comb = _Combiner(L, op)
+    regs = L.regs(x)
+    others = [k for k in range(src.rank) if k != axis]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for r in range(src.num_regs):
+        groups.setdefault(tuple(src.dims[k].offsets[r] for k in others), []).append(r)
+    # 1. in-thread, with the identity in slots past the tile's edge along the axis
+    partial: dict[tuple[int, ...], tuple[ir.Value, ...]] = {}
+    ident = comb.identity()
+    extent = src.dims[axis].extent
+    for key, members in groups.items():
+        acc = None
+        for r in members:
+            item: tuple[ir.Value, ...] = (comb.up(regs[r]),)
+            if comb.arg:
+                item = (item[0], L.coord_unwrapped(src, r, axis))
+            if src.may_wrap(r, axis):
+                inside = b.icmp_unsigned("<", L.coord_unwrapped(src, r, axis), c32(extent))
+                item = tuple(b.select(inside, v, i) for v, i in zip(item, ident))
+            acc = item if acc is None else comb(acc, item)
+        partial[key] = acc
+    # 2. across the lanes that hold the axis
+    lane_t = src.dims[axis].lane
+    bit = 1
+    while bit < lane_t.mod:
+        mask = lane_t.div * bit
+        for key, acc in partial.items():
+            partial[key] = comb(acc, tuple(shuffle_xor(L, v, mask) for v in acc))
+        bit *= 2
+    # 3. across the warps that hold the axis, through shared memory
+    warp_t = src.dims[axis].warp
+    order = [tuple(dst.dims[k].offsets[j] for k in range(dst.rank)) for j in range(dst.num_regs)]
+    if len(order) != len(partial) or set(order) != set(partial):
+        raise LoweringError(f"internal: reduction result layout {dst} does not slice {src}",
+                            op.loc)
+    if warp_t.mod > 1:
+        partial = _across_warps(L, op, comb, src, dst, order, partial, warp_t)
+    out = []
+    for key in order:
+        v = partial[key][1] if comb.arg else partial[key][0]
+        if not comb.arg and comb.acc is not comb.dtype:
+            v = S.cast(b, comb.acc, comb.dtype, v)
+        out.append(v)
+    L.define(op.result, out)
+
+
+def _across_warps(L, op, comb, src, dst, order, partial, warp_t):
+    b = L.b
+    n_out = _numel(dst.shape)
+    acc_mem = S.memory_type(comb.acc)
+    vsize = max(1, comb.acc.itemsize)
+    isize = 4 if comb.arg else 0
+    plane = n_out * (vsize + isize)
+    L.need_scratch(warp_t.mod * plane)
+    from tilekit.layout.tile_layouts import ThreadTerm
+
+    digit = L.term("warp", ThreadTerm(warp_t.div, warp_t.mod, 1))
+    L.barrier()
+    for j, key in enumerate(order):
+        flat = L.flat_index(dst, j)
+        base = b.mul(digit, c32(plane))
+        vptr = L.smem_ptr(b.add(base, b.mul(flat, c32(vsize))), acc_mem)
+        b.store(S.to_memory(b, partial[key][0], comb.acc), vptr)
+        if comb.arg:
+            iptr = L.smem_ptr(b.add(base, b.add(c32(n_out * vsize), b.mul(flat, c32(4)))), I32)
+            b.store(partial[key][1], iptr)
+    L.barrier()
+    result = {}
+    for j, key in enumerate(order):
+        flat = L.flat_index(dst, j)
+        acc = None
+        for k in range(warp_t.mod):
+            base = c32(k * plane)
+            v = S.from_memory(b, b.load(L.smem_ptr(b.add(base, b.mul(flat, c32(vsize))),
+                                                   acc_mem)), comb.acc)
+            item = (v,)
+            if comb.arg:
+                i = b.load(L.smem_ptr(b.add(base, b.add(c32(n_out * vsize),
+                                                        b.mul(flat, c32(4)))), I32))
+                item = (v, i)
+            acc = item if acc is None else comb(acc, item)
+        result[key] = acc
+    return result
+
+
+# --- scans ----------------------------------------------------------------------------------------
+
+@rule("scan")
+def _scan(L: KernelLowering, op: Operation) -> None:
+    """Inclusive scan along an axis: the tile is staged in the accumulation type; each
+    register folds the elements before it along the axis (a loop per register)."""
+    b = L.b
+    x = op.operand("x")
+    lay = layout_of(x)
+    axis = op.attrs["axis"]
+    dt = dtype_of(x)
+    acc_t = S.accumulation_dtype(dt)
+    kind = op.attrs["kind"]
+    regs = [S.cast(b, dt, acc_t, v) if acc_t is not dt else v for v in L.regs(x)]
+    L.stage(lay, acc_t, regs)
+    mem = S.memory_type(acc_t)
+    size = max(1, acc_t.itemsize)
+    step = _numel(lay.shape[axis + 1:])
+    out = []
+    for r in range(lay.num_regs):
+        flat = L.flat_index(lay, r)
+        c = L.coord(lay, r, axis)
+        start = b.sub(flat, b.mul(c, c32(step)))
+        entry = b.block
+        loop = L.func.append_basic_block("scan")
+        done = L.func.append_basic_block("scan_end")
+        b.branch(loop)
+        b.position_at_end(loop)
+        k = b.phi(I32)
+        k.add_incoming(c32(0), entry)
+        acc = b.phi(regs[r].type)
+        acc.add_incoming(_identity(kind, acc_t), entry)
+        idx = b.add(start, b.mul(k, c32(step)))
+        v = S.from_memory(b, b.load(L.smem_ptr(b.mul(idx, c32(size)), mem)), acc_t)
+        new = S.combine(b, L.math, kind, dt, acc, v)
+        nxt = b.add(k, c32(1))
+        k.add_incoming(nxt, b.block)
+        acc.add_incoming(new, b.block)
+        b.cbranch(b.icmp_signed("<=", nxt, c), loop, done)
+        b.position_at_end(done)
+        out.append(S.cast(b, acc_t, dt, new) if acc_t is not dt else new)
+    L.define(op.result, out)
+
+
+# --- dot (FMA) -----------------------------------------------------------------------------------
+
+@rule("dot")
+def _dot(L: KernelLowering, op: Operation) -> None:
+    """``acc + a @ b`` on FMA units: a and b are staged in shared memory (row-major), and
+    each thread runs a K loop over its accumulator registers, loading each row of ``a``
+    and each column of ``b`` it needs once per step. Tensor cores come later."""
+    b = L.b
+    a_v, b_v, acc_v = op.operand("a"), op.operand("b"), op.operand("acc")
+    la, lb, lc = layout_of(a_v), layout_of(b_v), layout_of(acc_v)
+    m_, k_ = la.shape
+    n_ = lb.shape[1]
+    in_t, acc_t = dtype_of(a_v), dtype_of(acc_v)
+    isz = max(1, in_t.itemsize)
+    a_bytes = -(-m_ * k_ * isz // 16) * 16
+    total = a_bytes + k_ * n_ * isz
+    if total > L.target.max_shared_bytes:
+        raise LoweringError(
+            f"tk.dot of {m_}x{k_} @ {k_}x{n_} {in_t} needs {total} bytes of shared memory; "
+            f"{L.target.name} has {L.target.max_shared_bytes}", op.loc,
+            hints=["use smaller tiles (BM, BN, BK)"])
+    L.need_scratch(total)
+    mem = S.memory_type(in_t)
+    L.barrier()
+    for r, v in enumerate(L.regs(a_v)):
+        b.store(S.to_memory(b, v, in_t), L.smem_ptr(b.mul(L.flat_index(la, r), c32(isz)), mem))
+    for r, v in enumerate(L.regs(b_v)):
+        off = b.add(c32(a_bytes), b.mul(L.flat_index(lb, r), c32(isz)))
+        b.store(S.to_memory(b, v, in_t), L.smem_ptr(off, mem))
+    L.barrier()
+    accs = L.regs(acc_v)
+    rows = {lc.dims[0].offsets[r]: r for r in range(lc.num_regs)}
+    cols = {lc.dims[1].offsets[r]: r for r in range(lc.num_regs)}
+    row_c = {o: L.coord(lc, r, 0) for o, r in rows.items()}
+    col_c = {o: L.coord(lc, r, 1) for o, r in cols.items()}
+    entry = b.block
+    loop = L.func.append_basic_block("dot_k")
+    done = L.func.append_basic_block("dot_end")
+    b.branch(loop)
+    b.position_at_end(loop)
+    kk = b.phi(I32)
+    kk.add_incoming(c32(0), entry)
+    phis = []
+    for v in accs:
+        p = b.phi(v.type)
+        p.add_incoming(v, entry)
+        phis.append(p)
+    a_vals = {}
+    for o, m in row_c.items():
+        idx = b.add(b.mul(m, c32(k_)), kk)
+        a_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(b.mul(idx, c32(isz)), mem)),
+                                            in_t), in_t, acc_t)
+    b_vals = {}
+    for o, n in col_c.items():
+        idx = b.add(b.mul(kk, c32(n_)), n)
+        b_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(
+            b.add(c32(a_bytes), b.mul(idx, c32(isz))), mem)), in_t), in_t, acc_t)
+    new = []
+    for r, p in enumerate(phis):
+        x = a_vals[lc.dims[0].offsets[r]]
+        y = b_vals[lc.dims[1].offsets[r]]
+        new.append(_fma(L, acc_t, x, y, p))
+    nxt = b.add(kk, c32(1))
+    kk.add_incoming(nxt, b.block)
+    for p, v in zip(phis, new):
+        p.add_incoming(v, b.block)
+    b.cbranch(b.icmp_signed("<", nxt, c32(k_)), loop, done)
+    b.position_at_end(done)
+    L.define(op.result, new)
+
+
+def _widen(b: ir.IRBuilder, v: ir.Value, src: DType, acc: DType) -> ir.Value:
+    """Operands in the accumulation type: 16-bit floats multiply exactly in float32."""
+    if acc.is_float:
+        compute = DType.FLOAT64 if acc is DType.FLOAT64 else DType.FLOAT32
+        return S.cast(b, src, compute, v) if src is not compute else v
+    return S.cast(b, src, acc, v) if src is not acc else v
+
+
+def _fma(L: KernelLowering, acc_t: DType, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
+    b = L.b
+    if acc_t.is_float:
+        compute = DType.FLOAT64 if acc_t is DType.FLOAT64 else DType.FLOAT32
+        wide = S.cast(b, acc_t, compute, acc) if acc_t is not compute else acc
+        from tilekit.codegen.mathlib import intrinsic
+
+        out = intrinsic(b, "fma", x, y, wide)
+        return S.cast(b, compute, acc_t, out) if acc_t is not compute else out
+    return b.add(acc, b.mul(x, y))

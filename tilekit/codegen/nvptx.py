@@ -1,0 +1,97 @@
+"""NVIDIA specifics for the lowering: special registers, barriers, shuffles, shared
+memory, printf. Inline PTX where an intrinsic's name has moved between LLVM versions
+(barriers, shuffles), so the emitted code does not depend on which LLVM llvmlite bundles.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+SHARED = 3
+GLOBAL = 1
+
+
+def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
+    module = b.module
+    full = f"llvm.nvvm.read.ptx.sreg.{name}"
+    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(I32, []), full)
+    return b.call(fn, [])
+
+
+class Vendor:
+    name = "nvptx"
+    shared_addrspace = SHARED
+    global_addrspace = GLOBAL
+
+    def kernel_function(self, module: ir.Module, name: str, param_types: list[ir.Type],
+                        threads: int) -> ir.Function:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), param_types), name)
+        fn.calling_convention = "ptx_kernel"
+        fn.attributes.add("nounwind")
+        # Tell ptxas the block size so it can budget registers (maxntid).
+        ann = module.add_named_metadata("nvvm.annotations")
+        ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(I32, threads)]))
+        # libdevice asks __nvvm_reflect("__CUDA_FTZ"): no flush-to-zero (IEEE denormals).
+        flags = module.add_named_metadata("llvm.module.flags")
+        flags.add(module.add_metadata([ir.Constant(I32, 4), "nvvm-reflect-ftz",
+                                       ir.Constant(I32, 0)]))
+        return fn
+
+    def thread_id(self, b: ir.IRBuilder) -> ir.Value:
+        return _sreg(b, "tid.x")
+
+    def block_id(self, b: ir.IRBuilder, axis: int) -> ir.Value:
+        return _sreg(b, "ctaid." + "xyz"[axis])
+
+    def num_blocks(self, b: ir.IRBuilder, axis: int) -> ir.Value:
+        return _sreg(b, "nctaid." + "xyz"[axis])
+
+    def barrier(self, b: ir.IRBuilder) -> None:
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "bar.sync 0;", "~{memory}",
+                           side_effect=True)
+        b.call(asm, [])
+
+    def shuffle_xor(self, b: ir.IRBuilder, value: ir.Value, mask: int) -> ir.Value:
+        """``value`` (i32) of the lane ``lane ^ mask`` (every lane of the warp takes part)."""
+        asm = ir.InlineAsm(ir.FunctionType(I32, [I32]),
+                           f"shfl.sync.bfly.b32 $0, $1, {mask}, 0x1f, -1;", "=r,r",
+                           side_effect=False)
+        return b.call(asm, [value])
+
+    def shuffle_idx(self, b: ir.IRBuilder, value: ir.Value, lane: ir.Value) -> ir.Value:
+        asm = ir.InlineAsm(ir.FunctionType(I32, [I32, I32]),
+                           "shfl.sync.idx.b32 $0, $1, $2, 0x1f, -1;", "=r,r,r",
+                           side_effect=False)
+        return b.call(asm, [value, lane])
+
+    def shared_base(self, module: ir.Module, nbytes: int) -> ir.GlobalVariable:
+        """Dynamic shared memory (sized at launch, so > 48 KB works with the opt-in)."""
+        g = ir.GlobalVariable(module, ir.ArrayType(I8, 0), "tk_smem", addrspace=SHARED)
+        g.linkage = "external"
+        g.align = 16
+        return g
+
+    def printf(self, b: ir.IRBuilder, fmt: str, args: list[ir.Value]) -> None:
+        """``vprintf(fmt, buffer)``: CUDA's device printf, arguments packed 8-byte aligned."""
+        module = b.module
+        vprintf = module.globals.get("vprintf") or ir.Function(
+            module, ir.FunctionType(I32, [ir.PointerType(I8), ir.PointerType(I8)]), "vprintf")
+        data = bytearray(fmt.encode() + b"\0")
+        const = ir.Constant(ir.ArrayType(I8, len(data)), data)
+        name = f"tk_fmt{len(module.globals)}"
+        g = ir.GlobalVariable(module, const.type, name, addrspace=4)
+        g.global_constant = True
+        g.linkage = "internal"
+        g.initializer = const
+        fmt_ptr = b.addrspacecast(b.gep(g, [ir.Constant(I32, 0), ir.Constant(I32, 0)]),
+                                  ir.PointerType(I8))
+        if args:
+            struct = ir.LiteralStructType([a.type for a in args])
+            buf = b.alloca(struct)
+            for i, a in enumerate(args):
+                b.store(a, b.gep(buf, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
+            arg_ptr = b.bitcast(buf, ir.PointerType(I8))
+        else:
+            arg_ptr = ir.Constant(ir.PointerType(I8), None)
+        b.call(vprintf, [fmt_ptr, arg_ptr])
