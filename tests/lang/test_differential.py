@@ -49,6 +49,8 @@ from tests.lang.helpers import (
     wrap,
 )
 
+pytestmark = pytest.mark.usefixtures("backend")
+
 SIZES = [1, 7, 31, 97, 127, 257, 1000, 4097]
 BLOCK = 128
 
