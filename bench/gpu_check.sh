@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU leg in one device call: install carried wheels (.whl/, e.g. islpy), print the
 # toolchain, run every `gpu`-marked test (the differential suite and the examples on the
-# cuda backend, runtime interop, device ulps), then the benches named in $BENCH.
+# cuda backend, runtime interop, device ulps), rerun one failure per test function with
+# tracebacks, then the benches named in $BENCH.
 # Usage on the device: bash bench/gpu_check.sh [pytest -k expression]
 set -uo pipefail
 OUT=${OUT:-/tmp/tk_out}
@@ -13,7 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
-export PYTHONUNBUFFERED=1 TILEKIT_CACHE_DIR=/tmp/tk_cache
+export PYTHONUNBUFFERED=1 TILEKIT_CACHE_DIR=/tmp/tk_cache HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-device}
 python3 - <<'PY'
 import platform, llvmlite, numpy
 print("python", platform.python_version(), "llvmlite", llvmlite.__version__, "numpy", numpy.__version__)
@@ -22,9 +23,20 @@ try:
 except Exception as e: print("torch:", e)
 PY
 KEXPR=${1:-}
-ARGS=(-q -m gpu -p no:cacheprovider -rf --tb=short)
+ARGS=(-v -m gpu -rf --tb=no -p no:randomly)
 if [ -n "$KEXPR" ]; then ARGS+=(-k "$KEXPR"); fi
-if python3 -c "import xdist" 2>/dev/null; then ARGS+=(-n 12); fi
-timeout ${TEST_TIMEOUT:-420} python3 -m pytest "${ARGS[@]}" tests 2>&1 | tee "$OUT/gpu_tests.log" | \
-  grep -E "^(FAILED|ERROR)|passed|failed|error" | sort | uniq -c | sort -rn | head -${SHOW:-60}
+if python3 -c "import xdist" 2>/dev/null; then ARGS+=(-n ${WORKERS:-14}); fi
+if python3 -c "import pytest_timeout" 2>/dev/null; then ARGS+=(--timeout=${PER_TEST:-60} --timeout-method=thread); fi
+timeout ${TEST_TIMEOUT:-400} python3 -m pytest "${ARGS[@]}" ${TEST_PATHS:-tests} > "$OUT/gpu_tests.log" 2>&1
+echo "== pytest exit $? ; $(grep -cE ' PASSED ' "$OUT/gpu_tests.log") passed, $(grep -cE ' FAILED ' "$OUT/gpu_tests.log") failed, $(grep -cE ' (ERROR|XPASS) ' "$OUT/gpu_tests.log") error/xpass"
+tail -3 "$OUT/gpu_tests.log"
+grep -E ' (FAILED|ERROR|XPASS) ' "$OUT/gpu_tests.log" | sed -E 's/.*(FAILED|ERROR|XPASS) //; s/ - .*//' > "$OUT/failed.txt"
+sed -E 's/\[.*//' "$OUT/failed.txt" | sort | uniq -c | sort -rn | head -${SHOW:-40}
+# One failure per test function, rerun alone with a short traceback.
+awk -F'[' '!seen[$1]++' "$OUT/failed.txt" | head -${RERUN:-25} > "$OUT/rerun.txt"
+if [ -s "$OUT/rerun.txt" ]; then
+  timeout ${RERUN_TIMEOUT:-120} python3 -m pytest -q -p no:randomly --tb=short -m gpu \
+    $(cat "$OUT/rerun.txt") > "$OUT/rerun.log" 2>&1
+  grep -E "^E |^tests/.*Error|^[a-z_/]+\.py:[0-9]+: " "$OUT/rerun.log" | head -${ELINES:-120}
+fi
 for b in ${BENCH:-}; do python3 "bench/$b" --out "$OUT" 2>&1 | tail -40; done

@@ -19,6 +19,9 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, max_examples=300)
+# The device leg (bench/gpu_check.sh): every example compiles a kernel, so fewer of them.
+settings.register_profile("device", derandomize=True, deadline=None, max_examples=12,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
