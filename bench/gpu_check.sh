@@ -35,8 +35,10 @@ sed -E 's/\[.*//' "$OUT/failed.txt" | sort | uniq -c | sort -rn | head -${SHOW:-
 # One failure per test function, rerun alone with a short traceback.
 awk -F'[' '!seen[$1]++' "$OUT/failed.txt" | head -${RERUN:-25} > "$OUT/rerun.txt"
 if [ -s "$OUT/rerun.txt" ]; then
-  timeout ${RERUN_TIMEOUT:-120} python3 -m pytest -q -p no:randomly --tb=short -m gpu \
-    $(cat "$OUT/rerun.txt") > "$OUT/rerun.log" 2>&1
-  grep -E "^E |^tests/.*Error|^[a-z_/]+\.py:[0-9]+: " "$OUT/rerun.log" | head -${ELINES:-120}
+  # node ids contain spaces ("(3, 5, 7)"): one argument per line
+  tr '\n' '\0' < "$OUT/rerun.txt" | timeout ${RERUN_TIMEOUT:-150} xargs -0 \
+    python3 -m pytest -q -p no:randomly --tb=short -m gpu > "$OUT/rerun.log" 2>&1
+  grep -E "^E  |^(tests|tilekit|examples)/.*:[0-9]+: |^_{3,} " "$OUT/rerun.log" | \
+    cut -c1-220 | head -${ELINES:-150}
 fi
 for b in ${BENCH:-}; do python3 "bench/$b" --out "$OUT" 2>&1 | tail -40; done

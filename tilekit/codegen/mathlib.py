@@ -70,6 +70,12 @@ class MathLib:
         if name == "sigmoid":  # the reference's formula: 1 / (1 + exp(-x))
             one = ir.Constant(ty, 1.0)
             return b.fdiv(one, b.fadd(one, self.call(b, "exp", dtype, b.fneg(args[0]))))
+        if self.target is MathTarget.NVPTX and name == "sqrt":
+            # llvm.sqrt is sqrt.rn (IEEE, correctly rounded); libdevice's __nv_sqrtf is the
+            # approximate one unless __CUDA_PREC_SQRT is reflected.
+            return intrinsic(b, "sqrt", *args)
+        if self.target is MathTarget.NVPTX and name == "rsqrt":
+            return b.fdiv(ir.Constant(ty, 1.0), intrinsic(b, "sqrt", *args))
         if self.target is MathTarget.NVPTX:
             return self._libdevice(b, name, dtype, args)
         if (self.target is MathTarget.AMDGPU and dtype is DType.FLOAT64
