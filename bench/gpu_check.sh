@@ -30,14 +30,17 @@ if python3 -c "import pytest_timeout" 2>/dev/null; then ARGS+=(--timeout=${PER_T
 timeout ${TEST_TIMEOUT:-400} python3 -m pytest "${ARGS[@]}" ${TEST_PATHS:-tests} > "$OUT/gpu_tests.log" 2>&1
 echo "== pytest exit $? ; $(grep -cE ' PASSED ' "$OUT/gpu_tests.log") passed, $(grep -cE ' FAILED ' "$OUT/gpu_tests.log") failed, $(grep -cE ' (ERROR|XPASS) ' "$OUT/gpu_tests.log") error/xpass"
 tail -3 "$OUT/gpu_tests.log"
-grep -E ' (FAILED|ERROR|XPASS) ' "$OUT/gpu_tests.log" | sed -E 's/.*(FAILED|ERROR|XPASS) //; s/ - .*//' > "$OUT/failed.txt"
+grep -E ' (FAILED|ERROR|XPASS) ' "$OUT/gpu_tests.log" | sed -E 's/.*(FAILED|ERROR|XPASS) //; s/ - .*//; s/[[:space:]]+$//' > "$OUT/failed.txt"
 sed -E 's/\[.*//' "$OUT/failed.txt" | sort | uniq -c | sort -rn | head -${SHOW:-40}
 # One failure per test function, rerun alone with a short traceback.
 awk -F'[' '!seen[$1]++' "$OUT/failed.txt" | head -${RERUN:-25} > "$OUT/rerun.txt"
 if [ -s "$OUT/rerun.txt" ]; then
-  # node ids contain spaces ("(3, 5, 7)"): one argument per line
-  tr '\n' '\0' < "$OUT/rerun.txt" | timeout ${RERUN_TIMEOUT:-150} xargs -0 \
-    python3 -m pytest -q -p no:randomly --tb=short -m gpu > "$OUT/rerun.log" 2>&1
+  # node ids contain spaces ("(3, 5, 7)"): one argument per line; one process per test, so a
+  # test that faults (and poisons its CUDA context) does not fail the others
+  mkdir -p /tmp/rr && rm -f /tmp/rr/*
+  tr '\n' '\0' < "$OUT/rerun.txt" | timeout ${RERUN_TIMEOUT:-200} xargs -0 -n 1 -P 10 sh -c \
+    'python3 -m pytest -q -p no:randomly --tb=short -m gpu "$0" > /tmp/rr/$$.log 2>&1'
+  cat /tmp/rr/*.log > "$OUT/rerun.log"
   grep -E "^E  |^(tests|tilekit|examples)/.*:[0-9]+: |^_{3,} " "$OUT/rerun.log" | \
     cut -c1-220 | head -${ELINES:-150}
 fi
