@@ -307,8 +307,10 @@ def _across_warps(L, op, comb, src, dst, order, partial, warp_t):
     n_out = _numel(dst.shape)
     acc_mem = S.memory_type(comb.acc)
     vsize = max(1, comb.acc.itemsize)
-    isize = 4 if comb.arg else 0
-    plane = n_out * (vsize + isize)
+    # values, then (arg-reductions) int32 indices starting on a 4-byte boundary; planes
+    # (one per warp digit) start on 8-byte boundaries
+    ibase = -(-n_out * vsize // 4) * 4
+    plane = -(-(ibase + (4 * n_out if comb.arg else 0)) // 8) * 8
     L.need_scratch(warp_t.mod * plane)
     from tilekit.layout.tile_layouts import ThreadTerm
 
@@ -320,7 +322,7 @@ def _across_warps(L, op, comb, src, dst, order, partial, warp_t):
         vptr = L.smem_ptr(b.add(base, b.mul(flat, c32(vsize))), acc_mem)
         b.store(S.to_memory(b, partial[key][0], comb.acc), vptr)
         if comb.arg:
-            iptr = L.smem_ptr(b.add(base, b.add(c32(n_out * vsize), b.mul(flat, c32(4)))), I32)
+            iptr = L.smem_ptr(b.add(base, b.add(c32(ibase), b.mul(flat, c32(4)))), I32)
             b.store(partial[key][1], iptr)
     L.barrier()
     result = {}
@@ -333,8 +335,8 @@ def _across_warps(L, op, comb, src, dst, order, partial, warp_t):
                                                    acc_mem)), comb.acc)
             item = (v,)
             if comb.arg:
-                i = b.load(L.smem_ptr(b.add(base, b.add(c32(n_out * vsize),
-                                                        b.mul(flat, c32(4)))), I32))
+                i = b.load(L.smem_ptr(b.add(base, b.add(c32(ibase), b.mul(flat, c32(4)))),
+                                      I32))
                 item = (v, i)
             acc = item if acc is None else comb(acc, item)
         result[key] = acc

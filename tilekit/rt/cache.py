@@ -30,6 +30,7 @@ rewritten.
 
 from __future__ import annotations
 
+import pathlib
 import contextlib
 import functools
 import hashlib
@@ -93,6 +94,19 @@ def _kernels_dir() -> Path:
 
 
 @functools.cache
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of the compiler's own source (IR, layouts, code generation): a development
+    checkout that changes how code is generated must not load kernels built before."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for folder in ("ir", "layout", "codegen"):
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def toolchain() -> tuple[tuple[str, str], ...]:
     """Versions of everything that turns IR into a loaded kernel (part of every key)."""
     from importlib import metadata
@@ -114,7 +128,8 @@ def toolchain() -> tuple[tuple[str, str], ...]:
     except Exception:  # llvmlite missing: codegen would fail anyway
         llvm_version = "none"
     gpu = driver.status()
-    return (("tilekit", tilekit.__version__), ("llvmlite", dist("llvmlite")),
+    return (("tilekit", tilekit.__version__), ("compiler", compiler_fingerprint()),
+            ("llvmlite", dist("llvmlite")),
             ("llvm", llvm_version), ("nvjitlink", link.version() or "none"),
             ("cuda_driver", str(gpu.driver_version) if gpu.driver_version else "none"),
             ("cache_format", str(FORMAT_VERSION)))
