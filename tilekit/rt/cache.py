@@ -30,13 +30,13 @@ rewritten.
 
 from __future__ import annotations
 
-import pathlib
 import contextlib
 import functools
 import hashlib
 import json
 import logging
 import os
+import pathlib
 import struct
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
