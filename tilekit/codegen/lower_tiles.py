@@ -417,7 +417,10 @@ def _dot(L: KernelLowering, op: Operation) -> None:
         off = b.add(c32(a_bytes), b.mul(L.flat_index(lb, r), c32(isz)))
         b.store(S.to_memory(b, v, in_t), L.smem_ptr(off, mem))
     L.barrier()
-    accs = L.regs(acc_v)
+    # The accumulators live in the compute type (float32 for 16-bit accumulators) through
+    # the K loop and are rounded once at the end, as the interpreter does.
+    compute = _compute(acc_t)
+    accs = [S.cast(b, acc_t, compute, v) if compute is not acc_t else v for v in L.regs(acc_v)]
     rows = {lc.dims[0].offsets[r]: r for r in range(lc.num_regs)}
     cols = {lc.dims[1].offsets[r]: r for r in range(lc.num_regs)}
     row_c = {o: L.coord(lc, r, 0) for o, r in rows.items()}
@@ -438,41 +441,37 @@ def _dot(L: KernelLowering, op: Operation) -> None:
     for o, m in row_c.items():
         idx = b.add(b.mul(m, c32(k_)), kk)
         a_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(b.mul(idx, c32(isz)), mem)),
-                                            in_t), in_t, acc_t)
+                                            in_t, ), in_t, compute)
     b_vals = {}
     for o, n in col_c.items():
         idx = b.add(b.mul(kk, c32(n_)), n)
         b_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(
-            b.add(c32(a_bytes), b.mul(idx, c32(isz))), mem)), in_t), in_t, acc_t)
+            b.add(c32(a_bytes), b.mul(idx, c32(isz))), mem)), in_t), in_t, compute)
     new = []
     for r, p in enumerate(phis):
         x = a_vals[lc.dims[0].offsets[r]]
         y = b_vals[lc.dims[1].offsets[r]]
-        new.append(_fma(L, acc_t, x, y, p))
+        if compute.is_float:
+            from tilekit.codegen.mathlib import intrinsic
+
+            new.append(intrinsic(b, "fma", x, y, p))
+        else:
+            new.append(b.add(p, b.mul(x, y)))
     nxt = b.add(kk, c32(1))
     kk.add_incoming(nxt, b.block)
     for p, v in zip(phis, new):
         p.add_incoming(v, b.block)
     b.cbranch(b.icmp_signed("<", nxt, c32(k_)), loop, done)
     b.position_at_end(done)
-    L.define(op.result, new)
+    L.define(op.result, [S.cast(b, compute, acc_t, v) if compute is not acc_t else v
+                         for v in new])
 
 
-def _widen(b: ir.IRBuilder, v: ir.Value, src: DType, acc: DType) -> ir.Value:
-    """Operands in the accumulation type: 16-bit floats multiply exactly in float32."""
-    if acc.is_float:
-        compute = DType.FLOAT64 if acc is DType.FLOAT64 else DType.FLOAT32
-        return S.cast(b, src, compute, v) if src is not compute else v
-    return S.cast(b, src, acc, v) if src is not acc else v
+def _compute(acc: DType) -> DType:
+    """The type a dot accumulates in: float32 for 16-bit floats, else the accumulator's."""
+    return DType.FLOAT32 if acc in (DType.FLOAT16, DType.BFLOAT16) else acc
 
 
-def _fma(L: KernelLowering, acc_t: DType, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
-    b = L.b
-    if acc_t.is_float:
-        compute = DType.FLOAT64 if acc_t is DType.FLOAT64 else DType.FLOAT32
-        wide = S.cast(b, acc_t, compute, acc) if acc_t is not compute else acc
-        from tilekit.codegen.mathlib import intrinsic
-
-        out = intrinsic(b, "fma", x, y, wide)
-        return S.cast(b, compute, acc_t, out) if acc_t is not compute else out
-    return b.add(acc, b.mul(x, y))
+def _widen(b: ir.IRBuilder, v: ir.Value, src: DType, compute: DType) -> ir.Value:
+    """An operand in the compute type: 16-bit floats multiply exactly in float32."""
+    return S.cast(b, src, compute, v) if src is not compute else v

@@ -1,6 +1,6 @@
 """NVIDIA specifics for the lowering: special registers, barriers, shuffles, shared
-memory, printf. Inline PTX where an intrinsic's name has moved between LLVM versions
-(barriers, shuffles), so the emitted code does not depend on which LLVM llvmlite bundles.
+memory, printf. Barriers and shuffles are the convergent NVVM intrinsics, never inline
+asm, so that LLVM does not duplicate them into divergent branches.
 """
 
 from __future__ import annotations
@@ -17,6 +17,17 @@ def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
     full = f"llvm.nvvm.read.ptx.sreg.{name}"
     fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(I32, []), full)
     return b.call(fn, [])
+
+
+def c32(value: int) -> ir.Constant:
+    return ir.Constant(I32, value)
+
+
+def _call(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+    module = b.module
+    fn = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return b.call(fn, args)
 
 
 class Vendor:
@@ -47,23 +58,19 @@ class Vendor:
     def num_blocks(self, b: ir.IRBuilder, axis: int) -> ir.Value:
         return _sreg(b, "nctaid." + "xyz"[axis])
 
+    # Barriers and shuffles through the NVVM intrinsics, which LLVM knows to be convergent:
+    # an inline-asm `bar.sync` was duplicated into both arms of a branch (tail duplication),
+    # and `bar.sync` is `.aligned`: the warp then hangs.
     def barrier(self, b: ir.IRBuilder) -> None:
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "bar.sync 0;", "~{memory}",
-                           side_effect=True)
-        b.call(asm, [])
+        _call(b, "llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [c32(0)])
 
     def shuffle_xor(self, b: ir.IRBuilder, value: ir.Value, mask: int) -> ir.Value:
         """``value`` (i32) of the lane ``lane ^ mask`` (every lane of the warp takes part)."""
-        asm = ir.InlineAsm(ir.FunctionType(I32, [I32]),
-                           f"shfl.sync.bfly.b32 $0, $1, {mask}, 0x1f, -1;", "=r,r",
-                           side_effect=False)
-        return b.call(asm, [value])
+        return _call(b, "llvm.nvvm.shfl.sync.bfly.i32", I32,
+                     [c32(-1), value, c32(mask), c32(0x1F)])
 
     def shuffle_idx(self, b: ir.IRBuilder, value: ir.Value, lane: ir.Value) -> ir.Value:
-        asm = ir.InlineAsm(ir.FunctionType(I32, [I32, I32]),
-                           "shfl.sync.idx.b32 $0, $1, $2, 0x1f, -1;", "=r,r,r",
-                           side_effect=False)
-        return b.call(asm, [value, lane])
+        return _call(b, "llvm.nvvm.shfl.sync.idx.i32", I32, [c32(-1), value, lane, c32(0x1F)])
 
     def shared_base(self, module: ir.Module, nbytes: int) -> ir.GlobalVariable:
         """Dynamic shared memory (sized at launch, so > 48 KB works with the opt-in)."""
