@@ -73,8 +73,9 @@ DUMP: Knob[frozenset[str]] = Knob(
     _parse_names,
     frozenset(),
     "Comma-separated stages to print to stderr: `ir` (the traced IR), a pass name "
-    "(the IR after that pass), `all` (after every pass), `llvm` (the LLVM IR of a kernel "
-    "compiled for the GPU) or `ptx` (its PTX; printed when the kernel is compiled or "
+    "(the IR after that pass), `all` (after every pass), `layout` (the IR with every "
+    "tile's layout and the convert_layout plans, when a kernel is compiled for the GPU), "
+    "`llvm` (its LLVM IR) or `ptx` (its PTX; printed when the kernel is compiled or "
     "loaded from the disk cache).",
 )
 DUMP_LOCS: Knob[bool] = Knob(

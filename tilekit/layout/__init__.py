@@ -13,6 +13,12 @@ semantics:
   sets; ``decompose_tiled`` splits a ragged grid into core and tail tiles.
 
 ``isl_lift`` lifts any of them to ISL and decides equality across kinds.
+
+IR tiles of any shape get a ``TileLayout`` (``tile_layouts``: blocked, slice
+and scalar encodings, repeated in registers until the shape is covered, with
+owners and replicas; equal to ``blocked``/``slice_layout`` on power-of-two
+shapes), assigned to every tile of a kernel by ``propagate.assign_layouts``,
+the pass code generation runs first.
 On top: ``vectorize`` (widest aligned access), ``banks`` and ``swizzle``
 (bank models per target, swizzle synthesis), ``convert`` (costed
 convert_layout plans), ``tma``/``wgmma``/``admissibility`` (hardware fast
@@ -43,8 +49,10 @@ from tilekit.layout import (
     linear,
     pictures,
     piecewise,
+    propagate,
     shared,
     swizzle,
+    tile_layouts,
     tma,
     vectorize,
     wgmma,
@@ -80,6 +88,13 @@ from tilekit.layout.shared import (
     unswizzled,
 )
 from tilekit.layout.swizzle import SharedAccess, synthesize_swizzle
+from tilekit.layout.propagate import LayoutOptions, assign_layouts
+from tilekit.layout.tile_layouts import (
+    BlockedEncoding,
+    SliceEncoding,
+    TileLayout,
+    default_blocked,
+)
 from tilekit.layout.tma import GlobalTensor, TmaRequest, tma_admissibility, tma_alternatives
 from tilekit.layout.vectorize import TensorFacts, vector_width
 from tilekit.layout.wgmma import wgmma_admissibility, wgmma_alternatives
@@ -88,7 +103,9 @@ show = render
 """``tk.layout.show(layout, "out.svg")``: draw any layout (distributed, shared or CuTe)."""
 
 __all__ = [
-    "BLOCK", "LANE", "OFFSET", "REGISTER", "WARP", "Access", "AccessKind", "ComposedLayout",
+    "BLOCK", "LANE", "OFFSET", "REGISTER", "WARP", "Access", "AccessKind", "BlockedEncoding",
+    "ComposedLayout", "LayoutOptions", "SliceEncoding", "TileLayout", "assign_layouts",
+    "default_blocked", "propagate", "tile_layouts",
     "ConversionKind", "Domain", "GlobalTensor", "Layout", "LinearLayout", "Major", "MatmulTile",
     "MatrixCount", "Operand", "PiecewiseLayout", "Rule", "SharedAccess", "Swizzle",
     "SwizzleMode", "SymbolicExtent", "Target", "TensorFacts", "TmaRequest", "Verdict",
