@@ -79,6 +79,7 @@ from tilekit.layout.isl_lift import equal, lift
 from tilekit.layout.linear import BLOCK, LANE, OFFSET, REGISTER, WARP, LinearLayout
 from tilekit.layout.pictures import render, render_cute, render_distributed, render_shared
 from tilekit.layout.piecewise import Domain, PiecewiseLayout, SymbolicExtent, decompose_tiled
+from tilekit.layout.propagate import LayoutOptions, assign_layouts
 from tilekit.layout.shared import (
     Major,
     Operand,
@@ -88,7 +89,6 @@ from tilekit.layout.shared import (
     unswizzled,
 )
 from tilekit.layout.swizzle import SharedAccess, synthesize_swizzle
-from tilekit.layout.propagate import LayoutOptions, assign_layouts
 from tilekit.layout.tile_layouts import (
     BlockedEncoding,
     SliceEncoding,
