@@ -79,9 +79,48 @@ def relayout(L: KernelLowering, src: TileLayout, regs: Sequence[ir.Value], dst: 
 
 @rule("convert_layout")
 def _convert_layout(L: KernelLowering, op: Operation) -> None:
+    """Emit the op's ``tile_convert`` plan: renamed registers and ``shfl.sync.idx`` rounds
+    (lane index from the plan's XOR lane map, the piece chosen by the lane's mask), or a
+    staging through shared memory."""
     x = op.operand("x")
     src, dst = layout_of(x), layout_of(op.result)
-    L.define(op.result, relayout(L, src, L.regs(x), dst, dtype_of(x), list(range(dst.rank))))
+    plan = op.attrs.get("tile_plan")
+    regs = L.regs(x)
+    if plan is None or plan.staged:
+        L.define(op.result, relayout(L, src, regs, dst, dtype_of(x), list(range(dst.rank))))
+        return
+    b = L.b
+    wide = ir.IntType(L.warp_size)
+    lane_w = b.zext(L.lane, wide) if L.warp_size > 32 else L.lane
+    out = []
+    for pieces in plan.sources:
+        value = None
+        for piece in reversed(pieces):
+            v = regs[piece.reg]
+            if not piece.lane_map.is_identity:
+                v = _shuffle_idx(L, v, _lane_map(L, piece.lane_map))
+            if value is None:
+                value = v
+                continue
+            bit = b.and_(b.lshr(ir.Constant(wide, piece.lanes_mask), lane_w), ir.Constant(wide, 1))
+            value = b.select(b.icmp_unsigned("!=", bit, ir.Constant(wide, 0)), v, value)
+        out.append(value)
+    L.define(op.result, out)
+
+
+def _lane_map(L: KernelLowering, lane_map) -> ir.Value:
+    b = L.b
+    idx = c32(lane_map.base)
+    for bit, col in enumerate(lane_map.cols):
+        if col:
+            has = b.icmp_unsigned("!=", b.and_(L.lane, c32(1 << bit)), c32(0))
+            idx = b.xor(idx, b.select(has, c32(col), c32(0)))
+    return idx
+
+
+def _shuffle_idx(L: KernelLowering, v: ir.Value, lane: ir.Value) -> ir.Value:
+    words = [L.vendor.shuffle_idx(L.b, w, lane) for w in _to_i32(L.b, v)]
+    return _from_i32(L.b, words, v.type)
 
 
 @rule("broadcast")

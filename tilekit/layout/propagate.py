@@ -83,14 +83,23 @@ class _Assigner:
         return self.hints.get(id(value))
 
     def anchor(self, op: Operation) -> TileLayout:
-        """The layout a global memory op wants for its tiles."""
-        tensor = op.operands[0].type
-        assert isinstance(tensor, TensorType)
-        shape = op.attrs["shape"] if op.name in ("tile_load", "tile_store") else \
-            op.operand("offsets").type.shape
+        """The layout a global memory op wants for its tiles: coalesced, with 16-byte
+        vectors of the narrowest element any memory op of that tile shape moves (so that
+        loads and stores of different types share one layout; wider elements then take
+        several 16-byte vectors per thread instead of a conversion)."""
+        shape = _memory_shape(op)
         if not shape:
             return self.scalar()
-        return self.default(tuple(shape), tensor.dtype.itemsize)
+        return self.default(shape, self.narrowest.get(shape, 4))
+
+    def survey(self, fn) -> None:
+        """The narrowest element size of the memory ops of each tile shape."""
+        self.narrowest: dict[tuple[int, ...], int] = {}
+        for op in fn.walk():
+            if op.name in MEMORY or op.name in ("tile_load", "tile_store"):
+                shape = _memory_shape(op)
+                size = op.operands[0].type.dtype.itemsize
+                self.narrowest[shape] = min(size, self.narrowest.get(shape, size))
 
     def operand_for_broadcast(self, result: TileLayout, shape: tuple[int, ...]) -> TileLayout:
         """The layout a broadcast operand of ``shape`` needs so that every element it
@@ -319,25 +328,34 @@ class _Assigner:
             self.require(term, i, lay)
 
 
+def _memory_shape(op: Operation) -> tuple[int, ...]:
+    assert isinstance(op.operands[0].type, TensorType)
+    if op.name in ("tile_load", "tile_store"):
+        return tuple(op.attrs["shape"])
+    return tuple(op.operand("offsets").type.shape)
+
+
 def make_convert(value: Value, layout: TileLayout, before: Operation,
                  options: LayoutOptions) -> Operation:
-    """A ``convert_layout`` op from ``value``'s layout to ``layout``, with its plan."""
+    """A ``convert_layout`` op from ``value``'s layout to ``layout``, with its plans: what
+    code generation emits (``tile_convert``: renames, shuffles or staging) and, for F2
+    layouts, ``convert.plan_conversion``'s costed plan."""
+    from tilekit.layout.tile_convert import plan_tile_conversion
+
     src = value.type.layout
-    how, cost, plan = plan_convert(src, layout, value.type.dtype.itemsize, options)
+    _, cost, plan = plan_convert(src, layout, value.type.dtype.itemsize, options)
+    tile_plan = plan_tile_conversion(src, layout)
     op = Operation(lookup("convert_layout"), [value], ["x"],
                    [value.type.with_layout(layout)],
-                   {"layout": layout, "how": how, "cost": cost, "plan": plan}, (), before.loc)
+                   {"layout": layout, "how": tile_plan.kind, "cost": cost, "plan": plan,
+                    "tile_plan": tile_plan}, (), before.loc)
     return op
 
 
 def plan_convert(src: TileLayout, dst: TileLayout, elem_bytes: int,
                  options: LayoutOptions):
-    """(kind name, cost score, ConversionPlan or None) for a conversion.
-
-    F2 layouts (power-of-two shapes, blocked or slice encodings) get
-    ``plan_conversion``'s cheapest plan; other layouts are staged through shared
-    memory, element by element, at their owners' coordinates.
-    """
+    """(kind name, cost score, ConversionPlan or None): ``convert.plan_conversion``'s plan
+    for F2 layouts (power-of-two shapes, blocked or slice encodings), else None."""
     from tilekit.layout import banks, convert
 
     if src.is_power_of_two and dst.is_power_of_two and src.rank > 0 and \
@@ -347,7 +365,7 @@ def plan_convert(src: TileLayout, dst: TileLayout, elem_bytes: int,
             plan = convert.plan_conversion(src.to_linear(), dst.to_linear(), elem_bytes,
                                            banks.target(options.bank_target))
             return plan.kind.name, plan.cost.score, plan
-        except Exception:  # noqa: BLE001 - a layout the F2 planner refuses is staged
+        except Exception:  # noqa: BLE001 - a layout the F2 planner refuses has no F2 plan
             pass
     return "SHARED_STAGING", None, None
 
@@ -360,6 +378,7 @@ def assign_layouts(module: Module, options: LayoutOptions | None = None) -> Modu
     module = clone_module(module)
     for fn in module.functions:
         assigner = _Assigner(options)
+        assigner.survey(fn)
         assigner.hint_block(fn.entry)
         for arg in fn.args:
             if isinstance(arg.type, TileType):
