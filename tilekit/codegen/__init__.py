@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from tilekit.ir.core import Module
 
 
-def compile_module(module: Module, target: str = "sm_90a", num_warps: int = 4) -> CompiledKernel:
-    """Lower a traced, optimized module for ``target`` (``sm_90a``, ``sm_80``, ``gfx942``)."""
+def compile_module(module: Module, target: str = "sm_90a",
+                   num_warps: int | None = None) -> CompiledKernel:
+    """Lower a traced, optimized module for ``target`` (``sm_90a``, ``sm_80``, ``gfx942``);
+    ``num_warps`` None lets the driver choose from the tile sizes."""
     from tilekit.codegen.driver import compile_module as _compile
 
     return _compile(module, target, num_warps)

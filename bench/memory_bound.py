@@ -1,0 +1,310 @@
+"""Memory-bound kernels, side by side: tilekit vs torch vs Triton, in one run.
+
+Bandwidth counts each input read once and each output written once, next to
+torch's device-to-device copy measured in the same run. Fresh random inputs,
+outputs poisoned (NaN) and checked against a float64 reference before timing,
+medians of CUDA-event timings. Prints a table and writes JSON.
+
+    python3 bench/memory_bound.py [--out DIR] [--quick]
+"""
+
+# ruff: noqa: N803, N806  (tensor-like names)
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import tilekit as tk  # noqa: E402
+
+
+# --- tilekit kernels --------------------------------------------------------------------------
+
+@tk.kernel
+def tk_add(X, Y, Out, n, BLOCK: tk.constexpr):
+    offs = tk.program_id(0) * BLOCK + tk.arange(BLOCK)
+    mask = offs < n
+    tk.store(Out, offs, tk.load(X, offs, mask=mask) + tk.load(Y, offs, mask=mask), mask=mask)
+
+
+@tk.kernel
+def tk_softmax(X, Y, N: tk.constexpr):
+    row = tk.program_id(0)
+    x = X.tile((1, N), (row, 0)).load().to(tk.float32)
+    e = tk.exp(x - tk.max(x, axis=1, keepdims=True))
+    Y.tile((1, N), (row, 0)).store((e / tk.sum(e, axis=1, keepdims=True)).to(Y.dtype))
+
+
+@tk.kernel
+def tk_layer_norm(X, W, B, Y, eps, N: tk.constexpr):
+    row = tk.program_id(0)
+    x = X.tile((1, N), (row, 0)).load().to(tk.float32)
+    mean = tk.sum(x, axis=1, keepdims=True) / N
+    xc = x - mean
+    rstd = tk.rsqrt(tk.sum(xc * xc, axis=1, keepdims=True) / N + eps)
+    w = W.tile((N,), (0,)).load().to(tk.float32)
+    b = B.tile((N,), (0,)).load().to(tk.float32)
+    Y.tile((1, N), (row, 0)).store((xc * rstd * w[None, :] + b[None, :]).to(Y.dtype))
+
+
+@tk.kernel
+def tk_rms_norm(X, W, Y, eps, N: tk.constexpr):
+    row = tk.program_id(0)
+    x = X.tile((1, N), (row, 0)).load().to(tk.float32)
+    rstd = tk.rsqrt(tk.sum(x * x, axis=1, keepdims=True) / N + eps)
+    w = W.tile((N,), (0,)).load().to(tk.float32)
+    Y.tile((1, N), (row, 0)).store((x * rstd * w[None, :]).to(Y.dtype))
+
+
+@tk.kernel
+def tk_transpose(X, Y, BM: tk.constexpr, BN: tk.constexpr):
+    i, j = tk.program_id(0), tk.program_id(1)
+    t = X.tile((BM, BN), (i, j)).load()
+    Y.tile((BN, BM), (j, i)).store(t.T)
+
+
+# --- Triton kernels (tutorial style) -----------------------------------------------------------
+
+def triton_kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add(X, Y, Out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(Out + offs, tl.load(X + offs, mask=m) + tl.load(Y + offs, mask=m), mask=m)
+
+    @triton.jit
+    def softmax(X, Y, stride, N, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        m = cols < N
+        x = tl.load(X + row * stride + cols, mask=m, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(Y + row * stride + cols, (e / tl.sum(e, axis=0)).to(Y.dtype.element_ty),
+                 mask=m)
+
+    @triton.jit
+    def layer_norm(X, W, B, Y, stride, N, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        m = cols < N
+        x = tl.load(X + row * stride + cols, mask=m, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / N
+        xc = tl.where(m, x - mean, 0.0)
+        rstd = 1 / tl.sqrt(tl.sum(xc * xc, axis=0) / N + eps)
+        w = tl.load(W + cols, mask=m).to(tl.float32)
+        b = tl.load(B + cols, mask=m).to(tl.float32)
+        tl.store(Y + row * stride + cols, (xc * rstd * w + b).to(Y.dtype.element_ty), mask=m)
+
+    @triton.jit
+    def rms_norm(X, W, Y, stride, N, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        m = cols < N
+        x = tl.load(X + row * stride + cols, mask=m, other=0.0).to(tl.float32)
+        rstd = 1 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+        w = tl.load(W + cols, mask=m).to(tl.float32)
+        tl.store(Y + row * stride + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=m)
+
+    @triton.jit
+    def transpose(X, Y, M, N, BM: tl.constexpr, BN: tl.constexpr):
+        i, j = tl.program_id(0), tl.program_id(1)
+        r = i * BM + tl.arange(0, BM)
+        c = j * BN + tl.arange(0, BN)
+        m = (r[:, None] < M) & (c[None, :] < N)
+        t = tl.load(X + r[:, None] * N + c[None, :], mask=m)
+        tl.store(Y + c[None, :] * M + r[:, None], t, mask=m)
+
+    return triton, dict(add=add, softmax=softmax, layer_norm=layer_norm, rms_norm=rms_norm,
+                        transpose=transpose)
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+def median_ms(torch, fn, reps: int = 30, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def rel_err(torch, got, ref) -> float:
+    g = got.double()
+    if torch.isnan(g).any():
+        return float("nan")
+    return float((g - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=None, help="also write the JSON into this folder")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("memory_bound: no GPU; nothing to measure")
+        return 1
+    dev = torch.device("cuda")
+    torch.manual_seed(int(time.time()))
+    reps = 10 if args.quick else 30
+    triton, T = triton_kernels()
+    rows_out = []
+
+    # copy bandwidth: 1 GiB copied, bytes read + written
+    src = torch.randn(2**28, device=dev)
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(torch, lambda: dst.copy_(src), reps)
+    copy_bw = 2 * src.numel() * 4 / copy_ms / 1e6  # GB/s
+    del src, dst
+
+    def record(name, nbytes, ms_tk, ms_torch, ms_triton, err_tk, err_triton):
+        bw = lambda ms: nbytes / ms / 1e6 if ms and not math.isnan(ms) else float("nan")  # noqa: E731
+        row = dict(case=name, bytes=nbytes, tilekit_ms=ms_tk, torch_ms=ms_torch,
+                   triton_ms=ms_triton, tilekit_gbs=bw(ms_tk), torch_gbs=bw(ms_torch),
+                   triton_gbs=bw(ms_triton), copy_gbs=copy_bw,
+                   tilekit_vs_copy=bw(ms_tk) / copy_bw, triton_vs_copy=bw(ms_triton) / copy_bw,
+                   tilekit_vs_torch=ms_torch / ms_tk if ms_tk else float("nan"),
+                   tilekit_vs_triton=ms_triton / ms_tk if ms_tk else float("nan"),
+                   err_tilekit=err_tk, err_triton=err_triton)
+        rows_out.append(row)
+        print(f"{name:34s} tk {row['tilekit_gbs']:7.0f} GB/s ({row['tilekit_vs_copy']:.2f}x copy)"
+              f"  triton {row['triton_gbs']:7.0f} ({row['triton_vs_copy']:.2f}x)  torch "
+              f"{row['torch_gbs']:7.0f}  tk/torch {row['tilekit_vs_torch']:.2f} "
+              f"tk/triton {row['tilekit_vs_triton']:.2f}  err {err_tk:.1e}", flush=True)
+
+    def guarded(name, fn):
+        try:
+            fn()
+        except Exception as exc:  # one broken case must not hide the others
+            print(f"{name:34s} FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+                  flush=True)
+            rows_out.append(dict(case=name, error=f"{type(exc).__name__}: {exc}"[:500]))
+
+    # vector add, 2^28 float32
+    def vec_add():
+        n = 2**28
+        x, y = torch.randn(n, device=dev), torch.randn(n, device=dev)
+        out = torch.full_like(x, float("nan"))
+        tk_add[tk.cdiv(n, 1024)](x, y, out, n, BLOCK=1024)
+        err = rel_err(torch, out, x.double() + y.double())
+        out_t = torch.full_like(x, float("nan"))
+        T["add"][(triton.cdiv(n, 1024),)](x, y, out_t, n, BLOCK=1024)
+        err_t = rel_err(torch, out_t, x.double() + y.double())
+        ms = median_ms(torch, lambda: tk_add[tk.cdiv(n, 1024)](x, y, out, n, BLOCK=1024), reps)
+        ms_t = median_ms(torch, lambda: T["add"][(triton.cdiv(n, 1024),)](x, y, out_t, n,
+                                                                          BLOCK=1024), reps)
+        ms_torch = median_ms(torch, lambda: torch.add(x, y, out=out_t), reps)
+        record("vector add 2^28 f32", 3 * n * 4, ms, ms_torch, ms_t, err, err_t)
+
+    guarded("vector add", vec_add)
+
+    shapes = [(8192, 8192), (4096, 4097)]
+    dtypes = [torch.float32, torch.bfloat16]
+
+    def row_case(kind, M, N, dt):
+        x = (torch.randn(M, N, device=dev) * 2 + 0.5).to(dt)
+        w = torch.randn(N, device=dev).to(dt)
+        b = torch.randn(N, device=dev).to(dt)
+        eps = 1e-5
+        x64 = x.double()
+        if kind == "softmax":
+            ref = torch.softmax(x64, dim=1)
+            run_tk = lambda y: tk_softmax[M](x, y, N=N)  # noqa: E731
+            run_tr = lambda y: T["softmax"][(M,)](x, y, N, N, BLOCK=triton.next_power_of_2(N),  # noqa: E731
+                                                  num_warps=8)
+            run_torch = lambda: torch.softmax(x, dim=1)  # noqa: E731
+            nbytes = 2 * M * N * x.element_size()
+        elif kind == "layer_norm":
+            ref = torch.nn.functional.layer_norm(x64, (N,), w.double(), b.double(), eps)
+            run_tk = lambda y: tk_layer_norm[M](x, w, b, y, eps, N=N)  # noqa: E731
+            run_tr = lambda y: T["layer_norm"][(M,)](x, w, b, y, N, N, eps,  # noqa: E731
+                                                     BLOCK=triton.next_power_of_2(N), num_warps=8)
+            run_torch = lambda: torch.nn.functional.layer_norm(x, (N,), w, b, eps)  # noqa: E731
+            nbytes = 2 * M * N * x.element_size() + 2 * N * w.element_size()
+        else:
+            ref = x64 * torch.rsqrt((x64 * x64).mean(1, keepdim=True) + eps) * w.double()
+            run_tk = lambda y: tk_rms_norm[M](x, w, y, eps, N=N)  # noqa: E731
+            run_tr = lambda y: T["rms_norm"][(M,)](x, w, y, N, N, eps,  # noqa: E731
+                                                   BLOCK=triton.next_power_of_2(N), num_warps=8)
+            run_torch = lambda: torch.nn.functional.rms_norm(x, (N,), w, eps)  # noqa: E731
+            nbytes = 2 * M * N * x.element_size() + N * w.element_size()
+        y = torch.full_like(x, float("nan"))
+        run_tk(y)
+        err = rel_err(torch, y, ref)
+        yt = torch.full_like(x, float("nan"))
+        run_tr(yt)
+        err_t = rel_err(torch, yt, ref)
+        ms = median_ms(torch, lambda: run_tk(y), reps)
+        ms_t = median_ms(torch, lambda: run_tr(yt), reps)
+        ms_torch = median_ms(torch, run_torch, reps)
+        name = f"{kind} {M}x{N} {str(dt).removeprefix('torch.')}"
+        record(name, nbytes, ms, ms_torch, ms_t, err, err_t)
+
+    for kind in ("softmax", "layer_norm", "rms_norm"):
+        for M, N in shapes:
+            for dt in dtypes:
+                guarded(f"{kind} {M}x{N} {dt}", lambda k=kind, M=M, N=N, dt=dt: row_case(k, M, N, dt))
+
+    def transpose_case(M, N):
+        x = torch.randn(M, N, device=dev).to(torch.bfloat16)
+        y = torch.full((N, M), float("nan"), device=dev, dtype=torch.bfloat16)
+        BM = BN = 64
+        grid = (tk.cdiv(M, BM), tk.cdiv(N, BN))
+        tk_transpose[grid](x, y, BM=BM, BN=BN)
+        err = 0.0 if torch.equal(y, x.t()) else float("nan")
+        yt = torch.full((N, M), float("nan"), device=dev, dtype=torch.bfloat16)
+        T["transpose"][grid](x, yt, M, N, BM=BM, BN=BN)
+        err_t = 0.0 if torch.equal(yt, x.t()) else float("nan")
+        ms = median_ms(torch, lambda: tk_transpose[grid](x, y, BM=BM, BN=BN), reps)
+        ms_t = median_ms(torch, lambda: T["transpose"][grid](x, yt, M, N, BM=BM, BN=BN), reps)
+        ms_torch = median_ms(torch, lambda: x.t().contiguous(), reps)
+        record(f"transpose {M}x{N} bf16", 2 * M * N * 2, ms, ms_torch, ms_t, err, err_t)
+
+    for M, N in [(8192, 8192), (8191, 8193)]:
+        guarded(f"transpose {M}x{N}", lambda M=M, N=N: transpose_case(M, N))
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    result = dict(bench="memory_bound", date=time.strftime("%Y-%m-%d"),
+                  gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
+                  triton=triton.__version__, python=platform.python_version(), commit=commit,
+                  copy_gbs=copy_bw, rows=rows_out,
+                  command="python3 bench/memory_bound.py")
+    print(f"copy (torch d2d, read+write): {copy_bw:.0f} GB/s on {result['gpu']}")
+    text = json.dumps(result, indent=1, default=float)
+    (ROOT / "bench" / "results").mkdir(exist_ok=True)
+    (ROOT / "bench" / "results" / "memory_bound.json").write_text(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        Path(args.out, "memory_bound.json").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
