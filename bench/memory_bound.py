@@ -27,7 +27,6 @@ sys.path.insert(0, str(ROOT))
 
 import tilekit as tk  # noqa: E402
 
-
 # --- tilekit kernels --------------------------------------------------------------------------
 
 @tk.kernel
@@ -174,11 +173,13 @@ def main() -> int:
     rows_out = []
 
     # copy bandwidth: 1 GiB copied, bytes read + written
-    src = torch.randn(2**28, device=dev)
-    dst = torch.empty_like(src)
-    copy_ms = median_ms(torch, lambda: dst.copy_(src), reps)
-    copy_bw = 2 * src.numel() * 4 / copy_ms / 1e6  # GB/s
-    del src, dst
+    def copy_bandwidth() -> float:
+        src = torch.randn(2**28, device=dev)
+        dst = torch.empty_like(src)
+        copy_ms = median_ms(torch, lambda: dst.copy_(src), reps)
+        return 2 * src.numel() * 4 / copy_ms / 1e6  # GB/s
+
+    copy_bw = copy_bandwidth()
 
     def record(name, nbytes, ms_tk, ms_torch, ms_triton, err_tk, err_triton):
         bw = lambda ms: nbytes / ms / 1e6 if ms and not math.isnan(ms) else float("nan")  # noqa: E731
@@ -266,7 +267,8 @@ def main() -> int:
     for kind in ("softmax", "layer_norm", "rms_norm"):
         for M, N in shapes:
             for dt in dtypes:
-                guarded(f"{kind} {M}x{N} {dt}", lambda k=kind, M=M, N=N, dt=dt: row_case(k, M, N, dt))
+                guarded(f"{kind} {M}x{N} {dt}",
+                        lambda k=kind, M=M, N=N, dt=dt: row_case(k, M, N, dt))
 
     def transpose_case(M, N):
         x = torch.randn(M, N, device=dev).to(torch.bfloat16)
