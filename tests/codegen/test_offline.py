@@ -16,8 +16,11 @@ import importlib
 import os
 import pickle
 import re
+import select
+import signal
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -367,11 +370,24 @@ def run_in_child(fn: Callable[[], Any], timeout: float = 120.0) -> Any:
                 status = 3
             os._exit(status)
         os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as inp:
-            data = inp.read()
+        chunks, deadline, timed_out = [], time.monotonic() + timeout, False
+        with os.fdopen(read_fd, "rb", buffering=0) as inp:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([inp], [], [], left)[0]:
+                    os.kill(pid, signal.SIGKILL)
+                    chunks, timed_out = [], True
+                    break
+                chunk = inp.read(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        data = b"".join(chunks)
         _, status = os.waitpid(pid, 0)
         err.seek(0)
         stderr = err.read().decode(errors="replace").strip()
+    if timed_out:
+        raise AssertionError(f"the child ran past {timeout} s; stderr:\n{stderr}")
     if not data:
         raise AssertionError(f"the child died (wait status {status}); stderr:\n{stderr}")
     kind, value = pickle.loads(data)
