@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from llvmlite import ir
 
 from tilekit.codegen import scalar_ops as S
-from tilekit.codegen.lower import I1, I64, KernelLowering, TensorHandle, c32, dtype_of, layout_of
+from tilekit.codegen.lower import I64, KernelLowering, TensorHandle, c32, dtype_of, layout_of
 from tilekit.codegen.rules import rule
 from tilekit.ir.core import Operation
 from tilekit.ir.dtypes import DType
@@ -87,81 +87,126 @@ def _contiguous(L: KernelLowering, offsets: Sequence[ir.Value]) -> ir.Value | No
     return L.all_of(conds)
 
 
+def _fast_condition(L: KernelLowering, t: TensorHandle, groups: list[list[int]],
+                    offsets: Sequence[ir.Value], preds: Sequence[ir.Value | None],
+                    signed: bool, interval: bool) -> ir.Value | None:
+    """Whether this thread may take the vector path for every group at once: offsets
+    consecutive, vectors aligned, every element active. ``interval``: the predicates are
+    box bounds, so a contiguous group is inside when its first and last elements are."""
+    conds: list[ir.Value | None] = []
+    for group in groups:
+        if len(group) == 1:
+            continue
+        offs = [offsets[r] for r in group]
+        conds.append(_contiguous(L, offs))
+        conds.append(_aligned(L, t, offs[0], len(group) * t.dtype.itemsize, signed))
+        members = (group[0], group[-1]) if interval else group
+        conds.extend(preds[r] for r in members)
+    return L.all_of(conds)
+
+
+def _two_paths(L: KernelLowering, fast: ir.Value | None, vector_path, scalar_path
+               ) -> list[ir.Value]:
+    """Run ``vector_path()`` where ``fast`` holds, else ``scalar_path()``: one branch per
+    access (not one per vector), so that the common case is straight-line vector code.
+    Both return the same number of values; their phis are returned."""
+    b = L.b
+    if fast is None:
+        return vector_path()
+    with b.if_else(fast) as (vec, scalar):
+        with vec:
+            fast_vals = vector_path()
+            fast_end = b.block
+        with scalar:
+            slow_vals = scalar_path()
+            slow_end = b.block
+    out = []
+    for f, v in zip(fast_vals, slow_vals):
+        phi = b.phi(f.type)
+        phi.add_incoming(f, fast_end)
+        phi.add_incoming(v, slow_end)
+        out.append(phi)
+    return out
+
+
 def gather(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequence[ir.Value],
            preds: Sequence[ir.Value | None], others: Sequence[ir.Value],
-           signed: bool = True) -> list[ir.Value]:
+           signed: bool = True, interval: bool = False) -> list[ir.Value]:
     """Load one element per register (``preds`` None: always), vectorized where it can be."""
     b = L.b
     dt = t.dtype
+    groups = vector_groups(L, lay, dt.itemsize)
+
+    def scalar(r: int) -> ir.Value:
+        return L.select_load(preds[r], lambda: S.from_memory(
+            b, b.load(element_ptr(L, t, offsets[r], signed)), dt), others[r])
+
+    if all(len(g) == 1 for g in groups):
+        return [scalar(r) for r in range(len(offsets))]
+
+    def vector_path() -> list[ir.Value]:
+        out: list[ir.Value] = []
+        for group in groups:
+            if len(group) == 1:
+                out.append(scalar(group[0]))
+                continue
+            vty = ir.VectorType(S.memory_type(dt), len(group))
+            ptr = b.bitcast(element_ptr(L, t, offsets[group[0]], signed),
+                            ir.PointerType(vty, L.vendor.global_addrspace))
+            v = b.load(ptr, align=len(group) * dt.itemsize)
+            out.extend(S.from_memory(b, b.extract_element(v, c32(i)), dt)
+                       for i in range(len(group)))
+        return out
+
+    fast = _fast_condition(L, t, groups, offsets, preds, signed, interval)
+    values = _two_paths(L, fast, vector_path,
+                        lambda: [scalar(r) for g in groups for r in g])
     out: list[ir.Value] = [None] * len(offsets)  # type: ignore[list-item]
-    for group in vector_groups(L, lay, dt.itemsize):
-        if len(group) == 1:
-            r = group[0]
-            out[r] = L.select_load(preds[r], lambda r=r: S.from_memory(
-                b, b.load(element_ptr(L, t, offsets[r], signed)), dt), others[r])
-            continue
-        width = len(group)
-        offs = [offsets[r] for r in group]
-        fast = L.all_of([_contiguous(L, offs), _aligned(L, t, offs[0], width * dt.itemsize,
-                                                        signed)]
-                        + [preds[r] for r in group])
-        before = b.block
-        mem = S.memory_type(dt)
-        vty = ir.VectorType(mem, width)
-        with b.if_else(fast if fast is not None else ir.Constant(I1, 1)) as (vec, scalar):
-            with vec:
-                ptr = b.bitcast(element_ptr(L, t, offs[0], signed),
-                                ir.PointerType(vty, L.vendor.global_addrspace))
-                v = b.load(ptr, align=width * dt.itemsize)
-                fast_vals = [S.from_memory(b, b.extract_element(v, c32(i)), dt)
-                             for i in range(width)]
-                fast_end = b.block
-            with scalar:
-                slow_vals = [L.select_load(preds[r], lambda r=r: S.from_memory(
-                    b, b.load(element_ptr(L, t, offsets[r], signed)), dt), others[r])
-                    for r in group]
-                slow_end = b.block
-        del before
-        for i, r in enumerate(group):
-            phi = b.phi(fast_vals[i].type)
-            phi.add_incoming(fast_vals[i], fast_end)
-            phi.add_incoming(slow_vals[i], slow_end)
-            out[r] = phi
+    for r, v in zip((r for g in groups for r in g), values):
+        out[r] = v
     return out
 
 
 def scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequence[ir.Value],
             values: Sequence[ir.Value], preds: Sequence[ir.Value | None],
-            signed: bool = True) -> None:
+            signed: bool = True, interval: bool = False) -> None:
     """Store one element per register where ``preds`` holds, vectorized where it can be."""
     b = L.b
     dt = t.dtype
+    groups = vector_groups(L, lay, dt.itemsize)
 
     def one(r: int) -> None:
         L.if_then_store(preds[r], lambda: b.store(S.to_memory(b, values[r], dt),
                                                   element_ptr(L, t, offsets[r], signed)))
 
-    for group in vector_groups(L, lay, dt.itemsize):
-        if len(group) == 1:
-            one(group[0])
-            continue
-        width = len(group)
-        offs = [offsets[r] for r in group]
-        fast = L.all_of([_contiguous(L, offs), _aligned(L, t, offs[0], width * dt.itemsize,
-                                                        signed)]
-                        + [preds[r] for r in group])
-        vty = ir.VectorType(S.memory_type(dt), width)
-        with b.if_else(fast if fast is not None else ir.Constant(I1, 1)) as (vec, scalar):
-            with vec:
-                v = ir.Constant(vty, None)
-                for i, r in enumerate(group):
-                    v = b.insert_element(v, S.to_memory(b, values[r], dt), c32(i))
-                ptr = b.bitcast(element_ptr(L, t, offs[0], signed),
-                                ir.PointerType(vty, L.vendor.global_addrspace))
-                b.store(v, ptr, align=width * dt.itemsize)
-            with scalar:
-                for r in group:
-                    one(r)
+    def scalar_path() -> list[ir.Value]:
+        for r in range(len(offsets)):
+            one(r)
+        return []
+
+    if all(len(g) == 1 for g in groups):
+        scalar_path()
+        return
+
+    def vector_path() -> list[ir.Value]:
+        for group in groups:
+            if len(group) == 1:
+                one(group[0])
+                continue
+            vty = ir.VectorType(S.memory_type(dt), len(group))
+            v = ir.Constant(vty, None)
+            for i, r in enumerate(group):
+                v = b.insert_element(v, S.to_memory(b, values[r], dt), c32(i))
+            ptr = b.bitcast(element_ptr(L, t, offsets[group[0]], signed),
+                            ir.PointerType(vty, L.vendor.global_addrspace))
+            b.store(v, ptr, align=len(group) * dt.itemsize)
+        return []
+
+    # Stores by replicas are skipped (``preds`` include ownership), so a group holding a
+    # replica takes the scalar path; the interval shortcut holds for owners too (ownership
+    # is a box of unwrapped coordinates).
+    fast = _fast_condition(L, t, groups, offsets, preds, signed, interval)
+    _two_paths(L, fast, vector_path, scalar_path)
 
 
 def _and(L: KernelLowering, a: ir.Value | None, b_: ir.Value | None) -> ir.Value | None:
@@ -313,7 +358,8 @@ def _tile_load(L: KernelLowering, op: Operation) -> None:
     lay = layout_of(op.result)
     t, offsets, inside = _tile_addressing(L, op, lay)
     pad = S.constant(t.dtype, op.attrs.get("padding", 0))
-    L.define(op.result, gather(L, t, lay, offsets, inside, [pad] * lay.num_regs))
+    L.define(op.result, gather(L, t, lay, offsets, inside, [pad] * lay.num_regs,
+                               interval=True))
 
 
 @rule("tile_store")
@@ -322,7 +368,7 @@ def _tile_store(L: KernelLowering, op: Operation) -> None:
     lay = layout_of(value)
     t, offsets, inside = _tile_addressing(L, op, lay)
     preds = [_and(L, L.owned(lay, r), inside[r]) for r in range(lay.num_regs)]
-    scatter(L, t, lay, offsets, L.regs(value), preds)
+    scatter(L, t, lay, offsets, L.regs(value), preds, interval=True)
 
 
 __all__: list[Callable] = []
