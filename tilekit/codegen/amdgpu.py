@@ -65,10 +65,9 @@ class Vendor:
         return _intrinsic(b, "llvm.amdgcn.ds.bpermute", I32, [addr, value])
 
     def shared_base(self, module: ir.Module, nbytes: int) -> ir.GlobalVariable:
-        g = ir.GlobalVariable(module, ir.ArrayType(I8, max(nbytes, 1)), "tk_smem",
-                              addrspace=LDS)
-        g.linkage = "internal"
-        g.initializer = ir.Constant(g.value_type, None)
+        """Dynamic LDS (sized at dispatch, as HIP's ``extern __shared__``)."""
+        g = ir.GlobalVariable(module, ir.ArrayType(I8, 0), "tk_smem", addrspace=LDS)
+        g.linkage = "external"
         g.align = 16
         return g
 
