@@ -382,6 +382,18 @@ def stream_handle(stream: Any, loc: SourceLoc | None) -> int:
                       f"(torch.cuda.Stream, cupy.cuda.Stream), got {type(stream).__name__}", loc)
 
 
+def torch_current_stream() -> Any:
+    """``device -> handle of torch's current stream on it``, the cheapest way torch offers
+    (``torch._C._cuda_getCurrentRawStream``, what Triton uses, reads the handle without
+    building a ``torch.cuda.Stream``)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: int(torch.cuda.current_stream(device).cuda_stream)
+
+
 def current_stream(args: list[GpuArg], values: list[Any], device: int) -> int:
     """The caller's current stream: torch's when a torch tensor is passed, cupy's for cupy
     arrays, else the legacy default stream."""

@@ -306,16 +306,15 @@ def synchronize(stream: int, loc: SourceLoc | None = None) -> None:
 
 
 @functools.cache
-def _libcuda() -> Any:
-    """libcuda through ctypes, for the one call on the hot path (``cuLaunchKernel``):
-    ~3 us cheaper per launch than through the bindings' argument conversion."""
+def launch_fn() -> Any:
+    """``cuLaunchKernel`` from libcuda through ctypes, for the hot path. No ``argtypes``:
+    converting eleven arguments through them costs about as much again as the call, so
+    callers pass ``ctypes.c_void_p`` objects for the function, the stream and the
+    parameter array, and Python ints below 2^31 for the grid, block and shared memory
+    (C ``int``, the same registers as the ``unsigned int`` parameters)."""
     _cu()  # the bindings loaded libcuda.so.1 already: this opens the same library
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuLaunchKernel
+    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                   ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     return fn
 
 
@@ -325,7 +324,8 @@ def launch(function: LoadedFunction, grid: Sequence[int], block_threads: int,
     """One ``cuLaunchKernel``; ``kernel_params`` is the address of the ``void*[]`` of
     argument slots (built once per specialization by the launcher)."""
     gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
-    code = _libcuda()(function.handle, gx, gy, gz, block_threads, 1, 1, shared_bytes,
-                      stream or None, kernel_params, None)
+    code = launch_fn()(ctypes.c_void_p(function.handle), gx, gy, gz, block_threads, 1, 1,
+                       shared_bytes, ctypes.c_void_p(stream) if stream else None,
+                       ctypes.c_void_p(kernel_params), None)
     if code != 0:
         _fail("cuLaunchKernel", _cu().CUresult(code), loc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from tilekit.codegen.artifact import CompiledKernel, SlotKind
 from tilekit.errors import ExecutionError, SourceLoc
 from tilekit.ir.core import Module
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
-from tilekit.rt import cache, checks, device_arrays, driver, link
+from tilekit.rt import cache, checks, device_arrays, driver, fastpath, link
 from tilekit.rt.device_arrays import DeviceArray, StagedArray
 
 CompileFn = Callable[[Module, str], CompiledKernel]
@@ -96,53 +97,53 @@ def _dump(title: str, text: str) -> None:
 
 # --- a kernel loaded on a device, with its argument buffer --------------------------------
 
-_CTYPES: dict[str, type] = {
-    "bool": ctypes.c_uint8, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
-    "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
-    "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
-    "float16": ctypes.c_uint16, "bfloat16": ctypes.c_uint16,  # raw bits
-    "float32": ctypes.c_float, "float64": ctypes.c_double,
-}
-
 
 @dataclass
 class LoadedKernel:
+    """One kernel loaded on one device, with its argument buffer: every ABI slot at a
+    fixed, aligned offset of ``buffer`` (written by one ``pack`` call, a
+    ``struct.Struct.pack_into``), and ``params`` the ``void*[]`` pointing at the slots."""
+
     compiled: CompiledKernel
     function: driver.LoadedFunction
     props: driver.DeviceProps
     status_ptr: int  # device int32[4] (allocated when the kernel has asserts)
-    slots: list[Any]  # one ctypes value per ABI parameter
+    buffer: Any  # ctypes char array: the slots
+    pack: Callable[..., None]  # pack(buffer, 0, *slot_values)
     params: Any  # ctypes array of void*: the kernelParams
     params_ptr: int
 
     @staticmethod
     def build(compiled: CompiledKernel, function: driver.LoadedFunction,
               props: driver.DeviceProps, status_ptr: int) -> LoadedKernel:
-        slots = [_CTYPES[p.dtype]() for p in compiled.params]
-        params = (ctypes.c_void_p * max(1, len(slots)))(
-            *[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in slots])
-        return LoadedKernel(compiled, function, props, status_ptr, slots, params,
-                            ctypes.addressof(params))
+        fmt, offsets, size = fastpath.slot_layout([p.dtype for p in compiled.params])
+        buffer = (ctypes.c_char * size)()
+        base = ctypes.addressof(buffer)
+        params = (ctypes.c_void_p * max(1, len(offsets)))(*[base + o for o in offsets])
+        return LoadedKernel(compiled, function, props, status_ptr, buffer,
+                            struct.Struct(fmt).pack_into, params, ctypes.addressof(params))
 
     def fill(self, arrays: Mapping[str, Any], ptrs: Mapping[str, int],
              scalars: Mapping[str, np.ndarray]) -> None:
         """Write this launch's values into the argument slots."""
-        for p, slot in zip(self.compiled.params, self.slots):
+        values: list[Any] = []
+        for p in self.compiled.params:
             kind = p.kind
             if kind is SlotKind.POINTER:
-                slot.value = ptrs[p.arg]
+                values.append(ptrs[p.arg])
             elif kind is SlotKind.SIZE:
-                slot.value = arrays[p.arg].shape[p.axis]
+                values.append(arrays[p.arg].shape[p.axis])
             elif kind is SlotKind.STRIDE:
-                slot.value = arrays[p.arg].strides[p.axis]
+                values.append(arrays[p.arg].strides[p.axis])
             elif kind is SlotKind.SCALAR:
-                value = scalars[p.arg]
-                if p.dtype in ("float16", "bfloat16"):
-                    slot.value = int(np.asarray(value).view(np.uint16))
+                value = np.asarray(scalars[p.arg])
+                if p.dtype == "bfloat16":
+                    values.append(int(value.view(np.uint16)))
                 else:
-                    slot.value = np.asarray(value).item()
+                    values.append(value.item())
             else:
-                slot.value = self.status_ptr
+                values.append(self.status_ptr)
+        self.pack(self.buffer, 0, *values)
 
 
 def _load(kern: Any, spec: Specialization, device: int,
@@ -193,9 +194,13 @@ def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None) -> N
 
 
 def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any],
-           stream_arg: Any, loc: SourceLoc | None) -> None:
+           stream_arg: Any, loc: SourceLoc | None,
+           call: tuple[int, tuple[str, ...], bool] | None = None) -> None:
     """Run ``kern`` on the GPU: every check before anything is queued; numpy arguments
-    copied in, and back (only those the kernel writes, only when it succeeded)."""
+    copied in, and back (only those the kernel writes, only when it succeeded).
+
+    ``call`` (positional count, keyword names, whether ``stream=`` was passed) lets a
+    launch of torch tensors install its key in the kernel's fast path."""
     from tilekit.rt.launcher import _resolve_grid, specialize_arguments
 
     spec, runtime = specialize_arguments(kern, bound, loc, device_arrays.describe)
@@ -253,6 +258,9 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         for s, tmp in backs:
             s.copy_back(tmp)
         ok = True
+        if call is not None and not staged:
+            fastpath.remember_stream(stream)
+            install(kern, spec, loaded, bound, call)
     finally:
         if buffers:
             if not ok:
@@ -262,3 +270,36 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
                     pass
             for base in buffers:
                 driver.free(base)
+
+
+# --- the fast path's entries --------------------------------------------------------------
+
+
+def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mapping[str, Any],
+            call: tuple[int, tuple[str, ...], bool]) -> bool:
+    """Make the next launch like this one take the fast path (``fastpath``): find or
+    generate the dispatcher of this call's profile, compute its key for these arguments,
+    and put an entry for this specialization under it. False when the call cannot be
+    repeated on the fast path (numpy or cupy arrays, odd scalars)."""
+    npos, kwnames, stream_kw = call
+    profile = fastpath.profile_of(kern, spec, bound, npos, kwnames, stream_kw)
+    if profile is None:
+        return False
+    fast = kern._loaded.fast
+    dispatcher = fast.get(profile)
+    if dispatcher is None:
+        dispatcher = fastpath.Dispatcher(kern, profile, device_arrays.torch_current_stream(),
+                                         device_arrays.stream_handle)
+        fast[profile] = dispatcher
+    args = tuple(bound[p.name] for p in profile.args[:npos])
+    kwargs = {n: bound[n] for n in kwnames}
+    if stream_kw:
+        kwargs["stream"] = None  # the key does not depend on the stream
+    key = dispatcher.key(args, kwargs)
+    if key is None:
+        return False
+    launch_fn = driver.launch_fn()
+    fastpath.add_entry(dispatcher, key, spec, lambda head: fastpath.make_entry(
+        spec, loaded, profile, loaded.props.max_grid, launch_fn, _check_status, head))
+    kern._loaded.activate(dispatcher)
+    return True

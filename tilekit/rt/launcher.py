@@ -142,12 +142,15 @@ class JITKernel(KernelFunction):
 
     def __init__(self, fn: Callable[..., Any], passes: PassManager | None = None) -> None:
         super().__init__(fn, passes)
+        # kern[grid] makes one of these: Launch, or once the fast path has an entry, a
+        # subclass whose __call__ is the fast path's generated dispatcher
+        self._launch_cls: type[Launch] = Launch
         # (specialization, device ordinal) -> the kernel loaded on that device
-        self._loaded: dict[tuple[Specialization, int], Any] = {}
+        self._loaded = LoadedKernels(self)
         self._stream_is_param = any(p.name == "stream" for p in self.params)
 
     def __getitem__(self, grid: Any) -> Launch:
-        return Launch(self, grid)
+        return self._launch_cls(self, grid)
 
     def trace(self, *args: Any, **kwargs: Any) -> Module:
         """The (optimized) IR for these example arguments, without running anything
@@ -172,10 +175,43 @@ def kernel(fn: Callable[..., Any] | None = None) -> Any:
     return JITKernel(fn)
 
 
+class LoadedKernels(dict):  # type: ignore[type-arg]
+    """``(specialization, device) -> gpu.LoadedKernel`` for one kernel, and the fast
+    path's dispatchers built on them (``fast``: profile -> ``fastpath.Dispatcher``).
+    Clearing it drops both, so the next launch takes the slow path again."""
+
+    def __init__(self, kernel: JITKernel) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.fast: dict[Any, Any] = {}
+
+    def activate(self, dispatcher: Any) -> None:
+        """Make ``kern[grid](...)`` call ``dispatcher``'s generated ``__call__`` first."""
+        cls = getattr(dispatcher, "launch_cls", None)
+        if cls is None:
+            cls = type(f"Launch_{self.kernel.name}", (Launch,),
+                       {"__slots__": (), "__call__": dispatcher.method,
+                        "__doc__": Launch.__doc__})
+            dispatcher.launch_cls = cls
+        self.kernel._launch_cls = cls
+
+    def clear(self) -> None:
+        super().clear()
+        self.fast.clear()
+        self.kernel._launch_cls = Launch
+
+
 class Launch:
     """``kern[grid]``: call it with the kernel's arguments to run it. ``stream=`` (an int
     handle or a torch/cupy stream) picks the CUDA stream; by default the launch goes on
-    torch's (or cupy's) current stream when such arrays are passed."""
+    torch's (or cupy's) current stream when such arrays are passed.
+
+    This class's ``__call__`` is the full (slow) path; once a launch of torch tensors
+    succeeded, ``kern[grid]`` makes a subclass whose ``__call__`` is the fast path
+    (``tilekit.rt.fastpath``), which comes back to ``_miss`` when it cannot repeat the
+    launch."""
+
+    __slots__ = ("kernel", "grid")
 
     def __init__(self, kernel: JITKernel, grid: Any) -> None:
         self.kernel = kernel
@@ -188,11 +224,26 @@ class Launch:
             # The message already names the user's line; tilekit's frames would only add noise.
             raise exc.with_traceback(None) from None
 
+    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The active dispatcher could not repeat this launch: try the kernel's other
+        profiles, then the slow path."""
+        from tilekit.rt.fastpath import MISS
+
+        active = type(self).__call__
+        for dispatcher in list(self.kernel._loaded.fast.values()):
+            if dispatcher.method is not active and \
+                    dispatcher.dispatch(self.grid, args, kwargs) is not MISS:
+                return
+        Launch.__call__(self, *args, **kwargs)
+
     def _launch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         loc = user_loc()
         kern = self.kernel
         stream = None
-        if "stream" in kwargs and not getattr(kern, "_stream_is_param", False):
+        stream_kw = "stream" in kwargs and not getattr(kern, "_stream_is_param", False)
+        call = (len(args), tuple(k for k in kwargs if k != "stream" or not stream_kw),
+                stream_kw)
+        if stream_kw:
             stream = kwargs.pop("stream")
         bound = kern.bind(args, kwargs, loc)
         values = [bound[p.name] for p in kern.params]
@@ -203,7 +254,7 @@ class Launch:
         if backend.kind is device_arrays.BackendKind.CUDA:
             from tilekit.rt import gpu
 
-            gpu.launch(kern, self.grid, bound, values, stream, loc)
+            gpu.launch(kern, self.grid, bound, values, stream, loc, call)
             return
         spec, runtime = specialize_arguments(kern, bound, loc)
         grid = _resolve_grid(self.grid, {**spec.constexprs, **bound}, loc)

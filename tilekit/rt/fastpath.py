@@ -1,0 +1,447 @@
+"""The launch fast path: a cache-hit launch in a few dozen Python operations.
+
+The full launch (``launcher.Launch._launch``: bind with ``inspect.Signature``, describe
+the arrays, build the ``Specialization``, hash it, find the loaded kernel, check, pack)
+costs ~100 us. After a successful CUDA launch whose arrays are all torch CUDA tensors,
+``install`` records, per kernel, what a repeat of that call needs:
+
+* a **dispatcher**, generated once per *profile* (the Python type of each argument and
+  the call's shape: how many positional arguments, which keywords). It unpacks the
+  arguments, checks their types, and computes a **cheap key** from fast attributes:
+  per tensor ``(t.dtype, t.dim(), t.data_ptr() & 15, t.get_device())``, per unannotated
+  integer whether it fits in int32, per constexpr its value. Every fact the
+  specialization depends on is in the key (dtype, rank, the pointer's residue mod 16,
+  which decides 16-byte alignment and element alignment, the device, the scalar widths,
+  the constexprs) or re-checked by the entry (the index width); the one fact that is
+  not is checked in ``test_fastpath_covers_the_specialization`` (a new ``TensorSpec``
+  field must be added to the key).
+* per key, an **entry**, generated once per (specialization, device): it checks the
+  grid against the device's limits (int compares), reads each tensor's sizes and
+  strides, re-checks that each tensor's index width is the one it was specialized for
+  (a 32-bit kernel needs span, extents and strides below 2^31: exact, so a tensor that
+  needs the other width misses to the next entry of the key, or to the slow path),
+  packs every ABI slot with ONE ``struct.pack_into`` into the kernel's argument buffer
+  (the ``void*[]`` of ``kernelParams`` points into it, built once) and makes ONE
+  ``cuLaunchKernel`` through ctypes on torch's current stream
+  (``torch._C._cuda_getCurrentRawStream``).
+
+Anything unusual (another type, an unseen key, a grid out of range, a value that does
+not fit its slot, a stream not seen before, a driver error such as no current context on
+this thread) returns ``MISS`` *before* anything is queued, and the caller runs the full
+slow path, which launches (and raises the precise error at the user's line) and
+installs the new key. So the fast path never decides an error itself: it is a cache in
+front of the slow path, and it is correct when every hit launches exactly what the slow
+path would. No synchronization, allocation or copy happens on it (kernels with
+``tk.device_assert`` read their status word after the launch, as on the slow path), so
+launches can be captured in a CUDA graph.
+
+What it skips, by design: the ``TILEKIT_INTERPRET`` environment variable is read when a
+launch takes the slow path (``knobs.override(interpret=True)`` turns the fast path off
+while active); numpy, cupy and other arrays always take the slow path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import inspect
+import keyword
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tilekit import knobs
+from tilekit.codegen.artifact import SlotKind
+from tilekit.ir.dtypes import DType
+from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
+
+MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
+
+# The facts of a TensorSpec the key and the entries cover. A new field must be added to
+# the key (``_tensor_key``) or to the entry's checks before it may be listed here.
+COVERED_TENSOR_FACTS = frozenset({"dtype", "rank", "index", "aligned16"})
+
+_I32 = 2**31 - 1
+
+# struct formats of the ABI slot types (float16 as IEEE half: 'e' rounds like numpy;
+# bfloat16 travels as its 16 bits, converted by _bf16_bits).
+SLOT_FORMATS: dict[str, str] = {
+    "bool": "?", "int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint8": "B",
+    "uint16": "H", "uint32": "I", "uint64": "Q", "float16": "e", "bfloat16": "H",
+    "float32": "f", "float64": "d",
+}
+
+
+def slot_layout(dtypes: Sequence[str]) -> tuple[str, tuple[int, ...], int]:
+    """The little-endian struct format that packs slots of these types one after the
+    other, each at an offset aligned to its size; the offsets; the total size."""
+    fmt, offsets, off = ["<"], [], 0
+    for dtype in dtypes:
+        code = SLOT_FORMATS[dtype]
+        size = struct.calcsize("<" + code)
+        pad = -off % size
+        if pad:
+            fmt.append(f"{pad}x")
+        off += pad
+        offsets.append(off)
+        fmt.append(code)
+        off += size
+    return "".join(fmt), tuple(offsets), max(off, 8)
+
+
+def _bf16_bits(value: Any) -> int:
+    import ml_dtypes
+
+    return int(np.asarray(value).astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def fits_int32(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """The rule of ``device_arrays.index_dtype_for`` (int32 when every offset, extent and
+    stride of the view fits)."""
+    from tilekit.rt.device_arrays import index_dtype_for
+
+    return index_dtype_for(tuple(shape), tuple(strides)) is DType.INT32
+
+
+# --- streams ------------------------------------------------------------------------------
+
+# Stream handle -> what cuLaunchKernel is passed (a ctypes pointer, None for stream 0).
+# Filled by the slow path (``remember_stream``), so an unseen stream is a miss, not a
+# branch on every call.
+_streams: dict[int, Any] = {0: None}
+
+
+def remember_stream(handle: int) -> None:
+    if handle not in _streams:
+        if len(_streams) > 256:  # graph captures make streams: keep this bounded
+            _streams.clear()
+            _streams[0] = None
+        _streams[handle] = ctypes.c_void_p(handle)
+
+
+# --- profiles -----------------------------------------------------------------------------
+
+TENSOR, INT, SCALAR, CONST = "tensor", "int", "scalar", "const"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgPlan:
+    """How the fast path reads one parameter: ``kind`` is TENSOR (a torch tensor of type
+    ``type``), INT (an unannotated integer of type ``type``: its int32 range is keyed),
+    SCALAR (a scalar of type ``type`` and fixed dtype), or CONST (a constexpr: its value
+    is keyed)."""
+
+    name: str
+    kind: str
+    type: type | None
+    has_default: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    args: tuple[ArgPlan, ...]
+    npos: int  # positional arguments of the call
+    kwnames: tuple[str, ...]  # keyword arguments of the call (parameters), in call order
+    stream_kw: bool  # the call passed stream= (the launch option)
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "data_ptr") and \
+        hasattr(value, "get_device")
+
+
+def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any], npos: int,
+               kwnames: Sequence[str], stream_kw: bool) -> Profile | None:
+    """The profile of a call that the slow path just launched, or None when the fast
+    path cannot repeat it (an array that is not a torch tensor, an odd scalar)."""
+    facts = dict(spec.args)
+    if set(f.name for f in dataclasses.fields(TensorSpec)) != COVERED_TENSOR_FACTS:
+        return None  # the specialization grew a fact the key does not cover
+    plans = []
+    for param in kern.params:
+        if param.name.startswith("_tk_") or keyword.iskeyword(param.name):
+            return None
+        value = bound[param.name]
+        fact = facts.get(param.name)
+        has_default = param.default is not inspect.Parameter.empty
+        if isinstance(fact, ConstSpec):
+            plans.append(ArgPlan(param.name, CONST, None, has_default))
+        elif isinstance(fact, TensorSpec):
+            if not _is_torch_tensor(value) or value.get_device() < 0:
+                return None
+            plans.append(ArgPlan(param.name, TENSOR, type(value), has_default))
+        elif isinstance(fact, ScalarSpec):
+            t = type(value)
+            if not (t in (int, float, bool) or issubclass(t, np.generic)):
+                return None
+            ranged = param.dtype is None and issubclass(t, (int, np.integer)) and \
+                not issubclass(t, (bool, np.bool_))
+            plans.append(ArgPlan(param.name, INT if ranged else SCALAR, t, has_default))
+        else:
+            return None
+    if not any(p.kind == TENSOR for p in plans):
+        return None
+    return Profile(tuple(plans), npos, tuple(kwnames), stream_kw)
+
+
+# --- the dispatcher (per kernel and profile) ----------------------------------------------
+
+
+def _dispatch_source(kern: Any, profile: Profile, as_method: bool) -> str:
+    """Python source of the dispatcher: ``_tk_dispatch(_tk_grid, args, kwargs)``, or as a
+    ``__call__(self, *args, **kwargs)`` method of the kernel's launch class."""
+    plans = profile.args
+    names = [p.name for p in plans]
+    lines: list[str] = []
+    w = lines.append
+    if as_method:
+        w("def __call__(self, *args, **kwargs):")
+        w("    _tk_grid = self.grid")
+    else:
+        w("def _tk_dispatch(_tk_grid, args, kwargs):")
+    body: list[str] = []
+    b = body.append
+    nkw = len(profile.kwnames) + (1 if profile.stream_kw else 0)
+    b(f"if len(args) != {profile.npos} or len(kwargs) != {nkw} or "
+      "_tk_overrides and _tk_overrides.get('TILEKIT_INTERPRET'):")
+    b("    raise _tk_Miss")
+    pos = names[:profile.npos]
+    if pos:
+        b(f"{', '.join(pos)}, = args")
+    for name in names[profile.npos:]:
+        if name in profile.kwnames:
+            b(f"{name} = kwargs[{name!r}]")
+        else:
+            b(f"{name} = _tk_default_{name}")
+    if profile.stream_kw:
+        b("_tk_stream = kwargs['stream']")
+    checks = [f"type({p.name}) is not _tk_type_{p.name}" for p in plans if p.kind != CONST]
+    if checks:
+        b(f"if {' or '.join(checks)}:")
+        b("    raise _tk_Miss")
+    key: list[str] = []
+    tensors = [p for p in plans if p.kind == TENSOR]
+    for i, p in enumerate(tensors):
+        b(f"_tk_p{i} = {p.name}.data_ptr()")
+    for p in plans:
+        if p.kind == TENSOR:
+            j = tensors.index(p)
+            dev = "_tk_d" if j == 0 else f"{p.name}.get_device()"
+            key += [f"{p.name}.dtype", f"{p.name}.dim()", f"_tk_p{j} & 15", dev]
+        elif p.kind == INT:
+            key.append(f"-2147483648 <= {p.name} <= 2147483647")
+        elif p.kind == CONST:
+            key.append(p.name)
+    b(f"_tk_d = {tensors[0].name}.get_device()")
+    b(f"_tk_entry = _tk_table[({', '.join(key)},)]")
+    # the grid: an int, a tuple of 1 to 3 ints, or a function of the arguments
+    b("_tk_g = _tk_grid")
+    b("if type(_tk_g) is int:")
+    b("    _tk_gx = _tk_g; _tk_gy = _tk_gz = 1")
+    b("else:")
+    b("    if type(_tk_g) is not tuple:")
+    meta = ", ".join(f"{n!r}: {n}" for n in names)
+    b(f"        _tk_g = _tk_g({{{meta}}})")
+    b("        if type(_tk_g) is int:")
+    b("            _tk_g = (_tk_g,)")
+    b("    _tk_n = len(_tk_g)")
+    b("    if _tk_n == 1:")
+    b("        _tk_gx, = _tk_g; _tk_gy = _tk_gz = 1")
+    b("        if type(_tk_gx) is not int: raise _tk_Miss")
+    b("    elif _tk_n == 2:")
+    b("        _tk_gx, _tk_gy = _tk_g; _tk_gz = 1")
+    b("        if type(_tk_gx) is not int or type(_tk_gy) is not int: raise _tk_Miss")
+    b("    else:")
+    b("        _tk_gx, _tk_gy, _tk_gz = _tk_g")
+    b("        if type(_tk_gx) is not int or type(_tk_gy) is not int or "
+      "type(_tk_gz) is not int: raise _tk_Miss")
+    # the stream
+    if profile.stream_kw:
+        b("if _tk_stream is None:")
+        b("    _tk_s = _tk_streams[_tk_current_stream(_tk_d)]")
+        b("elif type(_tk_stream) is int:")
+        b("    _tk_s = _tk_streams[_tk_stream]")
+        b("else:")
+        b("    _tk_s = _tk_streams[_tk_stream_handle(_tk_stream, None)]")
+    else:
+        b("_tk_s = _tk_streams[_tk_current_stream(_tk_d)]")
+    w("    try:")
+    lines.extend("        " + line for line in body)
+    w("    except Exception:")
+    if as_method:
+        w("        return self._miss(args, kwargs)")
+    else:
+        w("        return _tk_MISS")
+    call_args = ["_tk_gx", "_tk_gy", "_tk_gz", "_tk_s"]
+    for p in plans:
+        if p.kind == TENSOR:
+            call_args += [p.name, f"_tk_p{tensors.index(p)}"]
+        elif p.kind != CONST:
+            call_args.append(p.name)
+    if as_method:
+        w(f"    if _tk_entry({', '.join(call_args)}) is _tk_MISS:")
+        w("        return self._miss(args, kwargs)")
+    else:
+        w(f"    return _tk_entry({', '.join(call_args)})")
+    return "\n".join(lines) + "\n"
+
+
+class _Miss(Exception):
+    pass
+
+
+class Dispatcher:
+    """The fast path of one kernel for one profile: a key -> entry table and the
+    generated functions that read it."""
+
+    def __init__(self, kern: Any, profile: Profile, current_stream: Callable[[int], int],
+                 stream_handle: Callable[[Any, Any], int]) -> None:
+        self.profile = profile
+        self.table: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        env: dict[str, Any] = {
+            "_tk_Miss": _Miss, "_tk_MISS": MISS, "_tk_table": self.table,
+            "_tk_streams": _streams, "_tk_overrides": knobs._overrides,
+            "_tk_current_stream": current_stream, "_tk_stream_handle": stream_handle,
+        }
+        defaults = {p.name: p.default for p in kern.params}
+        for plan in profile.args:
+            env[f"_tk_type_{plan.name}"] = plan.type
+            if plan.has_default:
+                env[f"_tk_default_{plan.name}"] = defaults[plan.name]
+        self.source = _dispatch_source(kern, profile, as_method=False)
+        self._code = compile(self.source, f"<tilekit dispatch {kern.name}>", "exec")
+        self._env = dict(env)
+        exec(self._code, env)
+        self.dispatch: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = \
+            env["_tk_dispatch"]
+        method = _dispatch_source(kern, profile, as_method=True)
+        exec(compile(method, f"<tilekit launch {kern.name}>", "exec"), env)
+        self.method: Callable[..., Any] = env["__call__"]
+
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The key this dispatcher computes for a call (None if it would not get that
+        far), by running its own code with a table that records the lookup."""
+        seen: list[tuple[Any, ...]] = []
+
+        class Recorder(dict):  # type: ignore[type-arg]
+            def __getitem__(self, key: Any) -> Any:
+                seen.append(key)
+                raise _Miss
+
+        env = dict(self._env)
+        env["_tk_table"] = Recorder()
+        exec(self._code, env)
+        env["_tk_dispatch"](1, args, kwargs)
+        return seen[0] if seen else None
+
+
+# --- entries (per specialization and device) ----------------------------------------------
+
+
+def _entry_source(spec: Specialization, loaded: Any, profile: Profile,
+                  max_grid: Sequence[int]) -> tuple[str, tuple[str, ...]]:
+    """Python source of one entry: ``_tk_entry(gx, gy, gz, stream, <args>)``, and the
+    slot expressions it packs."""
+    facts = dict(spec.args)
+    plans = profile.args
+    tensors = [p for p in plans if p.kind == TENSOR]
+    params = []
+    for p in plans:
+        if p.kind == TENSOR:
+            params += [p.name, f"_tk_p{tensors.index(p)}"]
+        elif p.kind != CONST:
+            params.append(p.name)
+    mx, my, mz = max_grid
+    lines = [f"def _tk_entry(_tk_gx, _tk_gy, _tk_gz, _tk_s, {', '.join(params)}):", "    try:"]
+    b = [f"if not (0 < _tk_gx <= {mx} and 0 < _tk_gy <= {my} and 0 < _tk_gz <= {mz}):",
+         "    if _tk_gx >= 0 and _tk_gy >= 0 and _tk_gz >= 0 and "
+         "not (_tk_gx and _tk_gy and _tk_gz):",
+         "        return None  # an empty grid: nothing to run",
+         "    return _tk_MISS"]
+    rank: dict[str, int] = {}
+    for p in tensors:
+        j = tensors.index(p)
+        fact = facts[p.name]
+        assert isinstance(fact, TensorSpec)
+        rank[p.name] = fact.rank
+        if fact.rank:
+            b.append(f"_tk_sh{j} = {p.name}.shape; _tk_st{j} = {p.name}.stride()")
+        if fact.index is DType.INT32 and fact.rank:
+            # span - 1 below 2^31 - 1; the 'i' slots refuse extents and strides >= 2^31
+            span = " + ".join(f"(_tk_sh{j}[{a}] - 1) * _tk_st{j}[{a}]" for a in range(fact.rank))
+            b.append(f"if {span} >= {_I32} or min(_tk_st{j}) < 0:")
+            b.append("    return _tk_next(_tk_gx, _tk_gy, _tk_gz, _tk_s, "
+                     f"{', '.join(params)})")
+        elif fact.rank:
+            b.append(f"if _tk_fits_int32(_tk_sh{j}, _tk_st{j}):")
+            b.append("    return _tk_next(_tk_gx, _tk_gy, _tk_gz, _tk_s, "
+                     f"{', '.join(params)})")
+    exprs = []
+    for slot in loaded.compiled.params:
+        kind = slot.kind
+        if kind is SlotKind.POINTER:
+            exprs.append(f"_tk_p{[t.name for t in tensors].index(slot.arg)}")
+        elif kind is SlotKind.SIZE:
+            exprs.append(f"_tk_sh{[t.name for t in tensors].index(slot.arg)}[{slot.axis}]")
+        elif kind is SlotKind.STRIDE:
+            exprs.append(f"_tk_st{[t.name for t in tensors].index(slot.arg)}[{slot.axis}]")
+        elif kind is SlotKind.SCALAR:
+            exprs.append(f"_tk_bf16({slot.arg})" if slot.dtype == "bfloat16" else slot.arg)
+        else:
+            exprs.append("_tk_status")
+    b.append(f"_tk_pack(_tk_buf, 0, {', '.join(exprs)})")
+    lines += ["        " + line for line in b]
+    lines += ["    except Exception:",
+              "        return _tk_MISS",
+              "    try:",
+              "        if _tk_launch(_tk_fh, _tk_gx, _tk_gy, _tk_gz, _tk_threads, 1, 1, "
+              "_tk_shared, _tk_s, _tk_params, None):",
+              "            return _tk_MISS  # the slow path retries and names the error",
+              "    except _tk_ArgumentError:",
+              "        return _tk_MISS"]
+    if loaded.compiled.asserts:
+        lines.append("    _tk_check_status(_tk_loaded, 0 if _tk_s is None else _tk_s.value, None)")
+    lines.append("    return None")
+    return "\n".join(lines) + "\n", tuple(exprs)
+
+
+def _miss(*args: Any) -> Any:
+    return MISS
+
+
+def make_entry(spec: Specialization, loaded: Any, profile: Profile, max_grid: Sequence[int],
+               launch_fn: Any, check_status: Callable[..., None],
+               next_entry: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The generated entry for ``loaded`` (chained to ``next_entry`` of the same key)."""
+    source, _ = _entry_source(spec, loaded, profile, max_grid)
+    env: dict[str, Any] = {
+        "_tk_MISS": MISS, "_tk_next": next_entry or _miss, "_tk_fits_int32": fits_int32,
+        "_tk_bf16": _bf16_bits, "_tk_pack": loaded.pack, "_tk_buf": loaded.buffer,
+        "_tk_status": loaded.status_ptr, "_tk_launch": launch_fn,
+        "_tk_fh": ctypes.c_void_p(loaded.function.handle),
+        "_tk_threads": loaded.compiled.block_threads, "_tk_shared": loaded.compiled.shared_bytes,
+        "_tk_params": ctypes.c_void_p(loaded.params_ptr),
+        "_tk_ArgumentError": ctypes.ArgumentError, "_tk_check_status": check_status,
+        "_tk_loaded": loaded,
+    }
+    exec(compile(source, f"<tilekit entry {loaded.compiled.name}>", "exec"), env)
+    entry = env["_tk_entry"]
+    entry._tk_spec = spec  # type: ignore[attr-defined]
+    entry._tk_next = next_entry  # type: ignore[attr-defined]
+    entry._tk_source = source  # type: ignore[attr-defined]
+    return entry
+
+
+def add_entry(dispatcher: Dispatcher, key: tuple[Any, ...], spec: Specialization,
+              make: Callable[[Callable[..., Any] | None], Callable[..., Any]]) -> bool:
+    """Put an entry for ``spec`` first under ``key`` (unless the key has one already)."""
+    head = dispatcher.table.get(key)
+    entry = head
+    while entry is not None:
+        if entry._tk_spec == spec:
+            return False
+        entry = entry._tk_next
+    dispatcher.table[key] = make(head)
+    return True
