@@ -396,18 +396,7 @@ def run_in_child(fn: Callable[[], Any], timeout: float = 120.0) -> Any:
     return value
 
 
-# BUG (open): AMDGPU's `shared_base` (tilekit/codegen/amdgpu.py) gives the LDS global
-# `tk_smem` a zeroinitializer; LLVM's AMDGPU backend accepts only undef for LDS and exits
-# the process with "tk_smem: unsupported initializer for address space". Every kernel
-# with shared scratch (a cross-warp reduction or a layout conversion) fails on gfx942.
-LDS_INITIALIZER = pytest.mark.xfail(
-    strict=True, reason="amdgpu.Vendor.shared_base: LDS global with a zeroinitializer "
-    "(LLVM: 'unsupported initializer for address space'); it must be undef")
-GFX942_FAILING = {"softmax", "argmax", "layer_norm", "matmul", "transpose"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=LDS_INITIALIZER)
-                                  if n in GFX942_FAILING else n for n in ALL_EXAMPLES])
+@pytest.mark.parametrize("name", ALL_EXAMPLES)
 def test_example_assembles_for_gfx942(name: str):
     module = example_module(name)
 
