@@ -86,6 +86,9 @@ def _convert_layout(L: KernelLowering, op: Operation) -> None:
     src, dst = layout_of(x), layout_of(op.result)
     plan = op.attrs.get("tile_plan")
     regs = L.regs(x)
+    if plan is not None and plan.staged and plan.store is not None:
+        L.define(op.result, _swizzled_staging(L, plan, regs, dtype_of(x), dst.num_regs))
+        return
     if plan is None or plan.staged:
         L.define(op.result, relayout(L, src, regs, dst, dtype_of(x), list(range(dst.rank))))
         return
@@ -106,6 +109,38 @@ def _convert_layout(L: KernelLowering, op: Operation) -> None:
             value = b.select(b.icmp_unsigned("!=", bit, ir.Constant(wide, 0)), v, value)
         out.append(value)
     L.define(op.result, out)
+
+
+def _xor_part(L: KernelLowering, ident: ir.Value, cols: Sequence[int]) -> ir.Value:
+    """XOR of ``cols[b]`` over the set bits b of a lane or warp id, in the prologue."""
+    pb = L.pb
+    out = c32(0)
+    for bit, col in enumerate(cols):
+        if col:
+            has = pb.icmp_unsigned("!=", pb.and_(ident, c32(1 << bit)), c32(0))
+            out = pb.xor(out, pb.select(has, c32(col), c32(0)))
+    return out
+
+
+def _swizzled_staging(L: KernelLowering, plan, regs: Sequence[ir.Value], dtype: DType,
+                      dst_regs: int) -> list[ir.Value]:
+    """Write at the plan's swizzled offsets, barrier, read at its offsets (bank-conflict
+    free by the layout library's model)."""
+    b = L.b
+    mem = S.memory_type(dtype)
+    size = max(1, dtype.itemsize)
+    L.need_scratch(plan.shared_elems * size)
+
+    def offsets(smap, count):
+        thread = b.xor(_xor_part(L, L.lane, smap.lane_cols), _xor_part(L, L.warp, smap.warp_cols))
+        return [b.xor(thread, c32(smap.reg[r])) for r in range(count)]
+
+    L.barrier()
+    for off, v in zip(offsets(plan.store, len(regs)), regs):
+        b.store(S.to_memory(b, v, dtype), L.smem_ptr(b.mul(off, c32(size)), mem))
+    L.barrier()
+    return [S.from_memory(b, b.load(L.smem_ptr(b.mul(off, c32(size)), mem)), dtype)
+            for off in offsets(plan.load, dst_regs)]
 
 
 def _lane_map(L: KernelLowering, lane_map) -> ir.Value:

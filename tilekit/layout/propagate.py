@@ -340,11 +340,11 @@ def make_convert(value: Value, layout: TileLayout, before: Operation,
     """A ``convert_layout`` op from ``value``'s layout to ``layout``, with its plans: what
     code generation emits (``tile_convert``: renames, shuffles or staging) and, for F2
     layouts, ``convert.plan_conversion``'s costed plan."""
-    from tilekit.layout.tile_convert import plan_tile_conversion
+    from tilekit.layout.tile_convert import plan_tile_conversion, swizzled_staging
 
     src = value.type.layout
     _, cost, plan = plan_convert(src, layout, value.type.dtype.itemsize, options)
-    tile_plan = plan_tile_conversion(src, layout)
+    tile_plan = swizzled_staging(plan_tile_conversion(src, layout), src, layout, plan)
     op = Operation(lookup("convert_layout"), [value], ["x"],
                    [value.type.with_layout(layout)],
                    {"layout": layout, "how": tile_plan.kind, "cost": cost, "plan": plan,

@@ -27,7 +27,8 @@ import numpy as np
 
 from tilekit.layout.tile_layouts import TileLayout
 
-__all__ = ["LaneMap", "Piece", "TileConversion", "plan_tile_conversion", "simulate"]
+__all__ = ["LaneMap", "Piece", "StagingMap", "TileConversion", "plan_tile_conversion",
+           "simulate", "swizzled_staging"]
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,39 @@ class Piece:
 
 
 @dataclass(frozen=True)
+class StagingMap:
+    """Where each thread's registers sit in a staging buffer (element offsets): ``reg[r] ^
+    XOR of lane_cols over the lane's set bits ^ XOR of warp_cols over the warp's``. Taken
+    from a swizzled F2 staging plan (``convert.plan_conversion``), so that the stores and
+    loads avoid bank conflicts."""
+
+    reg: tuple[int, ...]
+    lane_cols: tuple[int, ...]
+    warp_cols: tuple[int, ...]
+
+    def offset(self, reg: int, lane: int, warp: int) -> int:
+        out = self.reg[reg]
+        for b, col in enumerate(self.lane_cols):
+            if lane >> b & 1:
+                out ^= col
+        for b, col in enumerate(self.warp_cols):
+            if warp >> b & 1:
+                out ^= col
+        return out
+
+
+@dataclass(frozen=True)
 class TileConversion:
-    """A plan: ``sources[r]`` are destination register ``r``'s pieces (``staged``: None)."""
+    """A plan: ``sources[r]`` are destination register ``r``'s pieces (``staged``: None).
+    A staging writes at ``store``'s offsets and reads at ``load``'s (both None: at each
+    element's row-major index); ``shared_elems`` is the buffer's size in elements."""
 
     staged: bool
     sources: tuple[tuple[Piece, ...], ...] | None
     why: str
+    store: StagingMap | None = None
+    load: StagingMap | None = None
+    shared_elems: int = 0
 
     @property
     def shuffles(self) -> int:
@@ -186,12 +214,72 @@ def _all(layout: TileLayout) -> int:
     return (1 << layout.warp_size) - 1
 
 
+def _staging_map(layout: TileLayout, offsets: np.ndarray) -> StagingMap | None:
+    """The XOR form of ``offsets[warp, lane, reg]``, or None when it has none."""
+    nw, nl, nr = offsets.shape
+    reg = tuple(int(v) for v in offsets[0, 0, :])
+    lane_cols = tuple(int(offsets[0, 1 << b, 0] ^ offsets[0, 0, 0])
+                      for b in range(nl.bit_length() - 1))
+    warp_cols = tuple(int(offsets[1 << b, 0, 0] ^ offsets[0, 0, 0])
+                      for b in range(nw.bit_length() - 1))
+    smap = StagingMap(reg, lane_cols, warp_cols)
+    w, lane, r = np.meshgrid(np.arange(nw), np.arange(nl), np.arange(nr), indexing="ij")
+    rebuilt = np.asarray(reg)[r]
+    for b, col in enumerate(lane_cols):
+        rebuilt = rebuilt ^ np.where(lane >> b & 1, col, 0)
+    for b, col in enumerate(warp_cols):
+        rebuilt = rebuilt ^ np.where(w >> b & 1, col, 0)
+    return smap if np.array_equal(rebuilt, offsets) else None
+
+
+def swizzled_staging(plan: TileConversion, src: TileLayout, dst: TileLayout,
+                     f2_plan) -> TileConversion:
+    """``plan`` staged through the swizzled buffer of an F2 ``SHARED_STAGING`` plan, when
+    its offsets provably hold each element where both layouts' tables say (checked on
+    every register of every thread); ``plan`` unchanged otherwise."""
+    from tilekit.layout.linear import LANE, OFFSET, REGISTER, WARP
+
+    staging = getattr(f2_plan, "staging", None)
+    if not plan.staged or staging is None:
+        return plan
+    maps = []
+    for layout, f2 in ((src, staging.store), (dst, staging.load)):
+        coords, _ = layout.table()
+        nw, nl, nr = coords.shape[:3]
+        if f2.in_dim_size(REGISTER) != nr or f2.in_dim_size(LANE) != nl or \
+                f2.in_dim_size(WARP) != nw:
+            return plan
+        w, lane, r = np.meshgrid(np.arange(nw), np.arange(nl), np.arange(nr), indexing="ij")
+        offsets = f2.apply_array({REGISTER: r, LANE: lane, WARP: w})[OFFSET]
+        where = staging.shared.apply_array({OFFSET: offsets})
+        for k in range(layout.rank):
+            if not np.array_equal(where[f"dim{k}"], coords[..., k]):
+                return plan
+        smap = _staging_map(layout, offsets)
+        if smap is None:
+            return plan
+        maps.append(smap)
+    return TileConversion(True, None, f"{plan.why}; staged through a swizzled buffer",
+                          maps[0], maps[1], staging.shared.in_dim_size(OFFSET))
+
+
 def simulate(plan: TileConversion, src: TileLayout, dst: TileLayout,
              values: np.ndarray) -> np.ndarray:
     """Run ``plan`` on ``values[warp, lane, src register]``: ``[warp, lane, dst register]``.
     Staged plans move every element through its row-major index."""
     nw, nl = src.num_warps, src.warp_size
     out = np.zeros((nw, nl, dst.num_regs), dtype=values.dtype)
+    if plan.staged and plan.store is not None and plan.load is not None:
+        memory = np.zeros(plan.shared_elems, dtype=values.dtype)
+        for w in range(nw):
+            for lane in range(nl):
+                for k in range(src.num_regs):
+                    memory[plan.store.offset(k, lane, w)] = values[w, lane, k]
+        for w in range(nw):
+            for lane in range(nl):
+                for r in range(dst.num_regs):
+                    out[w, lane, r] = memory[plan.load.offset(r, lane, w)]
+        return out
     if plan.staged:
         sc, _ = src.table()
         dc, _ = dst.table()
