@@ -129,14 +129,16 @@ TENSOR, INT, SCALAR, CONST = "tensor", "int", "scalar", "const"
 @dataclasses.dataclass(frozen=True)
 class ArgPlan:
     """How the fast path reads one parameter: ``kind`` is TENSOR (a torch tensor of type
-    ``type``), INT (an unannotated integer of type ``type``: its int32 range is keyed),
-    SCALAR (a scalar of type ``type`` and fixed dtype), or CONST (a constexpr: its value
-    is keyed)."""
+    ``type`` and rank ``rank``), INT (an unannotated integer of type ``type``: whether it
+    fits in int32 is keyed), SCALAR (a scalar of type ``type`` and fixed dtype; ``bf16``
+    when that dtype is bfloat16), or CONST (a constexpr: its value is keyed)."""
 
     name: str
     kind: str
     type: type | None
     has_default: bool
+    rank: int = 0
+    bf16: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +159,7 @@ def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any], npos: 
     """The profile of a call that the slow path just launched, or None when the fast
     path cannot repeat it (an array that is not a torch tensor, an odd scalar)."""
     facts = dict(spec.args)
-    if set(f.name for f in dataclasses.fields(TensorSpec)) != COVERED_TENSOR_FACTS:
+    if {f.name for f in dataclasses.fields(TensorSpec)} != COVERED_TENSOR_FACTS:
         return None  # the specialization grew a fact the key does not cover
     plans = []
     for param in kern.params:
@@ -171,14 +173,15 @@ def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any], npos: 
         elif isinstance(fact, TensorSpec):
             if not _is_torch_tensor(value) or value.get_device() < 0:
                 return None
-            plans.append(ArgPlan(param.name, TENSOR, type(value), has_default))
+            plans.append(ArgPlan(param.name, TENSOR, type(value), has_default, fact.rank))
         elif isinstance(fact, ScalarSpec):
             t = type(value)
             if not (t in (int, float, bool) or issubclass(t, np.generic)):
                 return None
             ranged = param.dtype is None and issubclass(t, (int, np.integer)) and \
                 not issubclass(t, (bool, np.bool_))
-            plans.append(ArgPlan(param.name, INT if ranged else SCALAR, t, has_default))
+            plans.append(ArgPlan(param.name, INT if ranged else SCALAR, t, has_default,
+                                 bf16=fact.dtype is DType.BFLOAT16))
         else:
             return None
     if not any(p.kind == TENSOR for p in plans):
@@ -186,21 +189,31 @@ def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any], npos: 
     return Profile(tuple(plans), npos, tuple(kwnames), stream_kw)
 
 
+def canonical_slots(profile: Profile) -> list[tuple[SlotKind, str, int]]:
+    """The ABI's slot order (``codegen/artifact.py``) for a profile's arguments: per
+    tensor its pointer, sizes and strides; the scalars; the status word."""
+    out: list[tuple[SlotKind, str, int]] = []
+    for p in profile.args:
+        if p.kind == TENSOR:
+            out.append((SlotKind.POINTER, p.name, -1))
+            out += [(SlotKind.SIZE, p.name, a) for a in range(p.rank)]
+            out += [(SlotKind.STRIDE, p.name, a) for a in range(p.rank)]
+    out += [(SlotKind.SCALAR, p.name, -1) for p in profile.args if p.kind in (INT, SCALAR)]
+    out.append((SlotKind.STATUS, "", -1))
+    return out
+
+
 # --- the dispatcher (per kernel and profile) ----------------------------------------------
 
 
 def _dispatch_source(kern: Any, profile: Profile, as_method: bool) -> str:
     """Python source of the dispatcher: ``_tk_dispatch(_tk_grid, args, kwargs)``, or as a
-    ``__call__(self, *args, **kwargs)`` method of the kernel's launch class."""
+    ``__call__(self, *args, **kwargs)`` method of the kernel's launch class. Everything
+    up to the launch is in one ``try``: any surprise is a miss, before anything is
+    queued."""
     plans = profile.args
     names = [p.name for p in plans]
-    lines: list[str] = []
-    w = lines.append
-    if as_method:
-        w("def __call__(self, *args, **kwargs):")
-        w("    _tk_grid = self.grid")
-    else:
-        w("def _tk_dispatch(_tk_grid, args, kwargs):")
+    tensors = [p for p in plans if p.kind == TENSOR]
     body: list[str] = []
     b = body.append
     nkw = len(profile.kwnames) + (1 if profile.stream_kw else 0)
@@ -218,24 +231,39 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool) -> str:
     if profile.stream_kw:
         b("_tk_stream = kwargs['stream']")
     checks = [f"type({p.name}) is not _tk_type_{p.name}" for p in plans if p.kind != CONST]
-    if checks:
-        b(f"if {' or '.join(checks)}:")
-        b("    raise _tk_Miss")
+    b(f"if {' or '.join(checks)}:")
+    b("    raise _tk_Miss")
     key: list[str] = []
-    tensors = [p for p in plans if p.kind == TENSOR]
-    for i, p in enumerate(tensors):
-        b(f"_tk_p{i} = {p.name}.data_ptr()")
+    values: list[str] = []
+    for j, p in enumerate(tensors):
+        b(f"_tk_p{j} = {p.name}.data_ptr()")
+        if p.rank:  # unpacking checks the rank: another rank raises, a miss
+            sizes = [f"_tk_n{j}_{a}" for a in range(p.rank)]
+            strides = [f"_tk_s{j}_{a}" for a in range(p.rank)]
+            b(f"{', '.join(sizes)}, = {p.name}.shape")
+            b(f"{', '.join(strides)}, = {p.name}.stride()")
+        else:
+            sizes, strides = [], []
+            b(f"if {p.name}.dim(): raise _tk_Miss")
+        values += [f"_tk_p{j}", *sizes, *strides]
+    b(f"_tk_d = {tensors[0].name}.get_device()")
     for p in plans:
         if p.kind == TENSOR:
             j = tensors.index(p)
             dev = "_tk_d" if j == 0 else f"{p.name}.get_device()"
-            key += [f"{p.name}.dtype", f"{p.name}.dim()", f"_tk_p{j} & 15", dev]
+            key += [f"{p.name}.dtype", f"_tk_p{j} & 15", dev]
+            if p.rank:  # the span fits in int32 (torch strides are never negative)
+                span = " + ".join(f"(_tk_n{j}_{a} - 1) * _tk_s{j}_{a}" for a in range(p.rank))
+                key.append(f"{span} < {_I32}")
         elif p.kind == INT:
             key.append(f"-2147483648 <= {p.name} <= 2147483647")
         elif p.kind == CONST:
             key.append(p.name)
-    b(f"_tk_d = {tensors[0].name}.get_device()")
-    b(f"_tk_entry = _tk_table[({', '.join(key)},)]")
+    for p in plans:
+        if p.kind in (INT, SCALAR):
+            values.append(f"_tk_bf16({p.name})" if p.bf16 else p.name)
+    b("(_tk_pack, _tk_buf, _tk_fh, _tk_threads, _tk_shared, _tk_params, _tk_status, _tk_mx, "
+      f"_tk_my, _tk_mz, _tk_check) = _tk_table[({', '.join(key)},)]")
     # the grid: an int, a tuple of 1 to 3 ints, or a function of the arguments
     b("_tk_g = _tk_grid")
     b("if type(_tk_g) is int:")
@@ -257,6 +285,14 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool) -> str:
     b("        _tk_gx, _tk_gy, _tk_gz = _tk_g")
     b("        if type(_tk_gx) is not int or type(_tk_gy) is not int or "
       "type(_tk_gz) is not int: raise _tk_Miss")
+    b("if not (0 < _tk_gx <= _tk_mx and 0 < _tk_gy <= _tk_my and 0 < _tk_gz <= _tk_mz):")
+    b("    if _tk_gx >= 0 and _tk_gy >= 0 and _tk_gz >= 0 and "
+      "not (_tk_gx and _tk_gy and _tk_gz):")
+    b("        _tk_empty = True  # an empty grid: nothing to run")
+    b("    else:")
+    b("        raise _tk_Miss  # the slow path names the limit")
+    b("else:")
+    b("    _tk_empty = False")
     # the stream
     if profile.stream_kw:
         b("if _tk_stream is None:")
@@ -267,24 +303,29 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool) -> str:
         b("    _tk_s = _tk_streams[_tk_stream_handle(_tk_stream, None)]")
     else:
         b("_tk_s = _tk_streams[_tk_current_stream(_tk_d)]")
-    w("    try:")
-    lines.extend("        " + line for line in body)
-    w("    except Exception:")
+    # one pack into the argument buffer ('i' slots refuse values past int32: a miss)
+    b(f"_tk_pack(_tk_buf, 0, {', '.join(values + ['_tk_status'])})")
+
+    miss = "return self._miss(args, kwargs)" if as_method else "return _tk_MISS"
+    lines = ["def __call__(self, *args, **kwargs):" if as_method else
+             "def _tk_dispatch(_tk_grid, args, kwargs):"]
     if as_method:
-        w("        return self._miss(args, kwargs)")
-    else:
-        w("        return _tk_MISS")
-    call_args = ["_tk_gx", "_tk_gy", "_tk_gz", "_tk_s"]
-    for p in plans:
-        if p.kind == TENSOR:
-            call_args += [p.name, f"_tk_p{tensors.index(p)}"]
-        elif p.kind != CONST:
-            call_args.append(p.name)
-    if as_method:
-        w(f"    if _tk_entry({', '.join(call_args)}) is _tk_MISS:")
-        w("        return self._miss(args, kwargs)")
-    else:
-        w(f"    return _tk_entry({', '.join(call_args)})")
+        lines.append("    _tk_grid = self.grid")
+    lines.append("    try:")
+    lines += ["        " + line for line in body]
+    lines += ["    except Exception:",
+              f"        {miss}",
+              "    if _tk_empty:",
+              "        return None",
+              "    try:",
+              "        if _tk_launch(_tk_fh, _tk_gx, _tk_gy, _tk_gz, _tk_threads, 1, 1, "
+              "_tk_shared, _tk_s, _tk_params, None):",
+              f"            {miss}  # nothing was queued: the slow path retries, names errors",
+              "    except _tk_ArgumentError:",
+              f"        {miss}",
+              "    if _tk_check is not None:  # tk.device_assert: read the status word",
+              "        _tk_check_status(_tk_check, 0 if _tk_s is None else _tk_s.value, None)",
+              "    return None"]
     return "\n".join(lines) + "\n"
 
 
@@ -294,16 +335,20 @@ class _Miss(Exception):
 
 class Dispatcher:
     """The fast path of one kernel for one profile: a key -> entry table and the
-    generated functions that read it."""
+    generated functions that read it. An entry is a tuple (see ``make_entry``)."""
 
     def __init__(self, kern: Any, profile: Profile, current_stream: Callable[[int], int],
-                 stream_handle: Callable[[Any, Any], int]) -> None:
+                 stream_handle: Callable[[Any, Any], int], launch_fn: Any,
+                 check_status: Callable[..., None]) -> None:
         self.profile = profile
-        self.table: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self.table: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.specs: dict[tuple[Any, ...], Specialization] = {}
         env: dict[str, Any] = {
             "_tk_Miss": _Miss, "_tk_MISS": MISS, "_tk_table": self.table,
             "_tk_streams": _streams, "_tk_overrides": knobs._overrides,
             "_tk_current_stream": current_stream, "_tk_stream_handle": stream_handle,
+            "_tk_launch": launch_fn, "_tk_ArgumentError": ctypes.ArgumentError,
+            "_tk_check_status": check_status, "_tk_bf16": _bf16_bits,
         }
         defaults = {p.name: p.default for p in kern.params}
         for plan in profile.args:
@@ -336,112 +381,31 @@ class Dispatcher:
         env["_tk_dispatch"](1, args, kwargs)
         return seen[0] if seen else None
 
-
-# --- entries (per specialization and device) ----------------------------------------------
-
-
-def _entry_source(spec: Specialization, loaded: Any, profile: Profile,
-                  max_grid: Sequence[int]) -> tuple[str, tuple[str, ...]]:
-    """Python source of one entry: ``_tk_entry(gx, gy, gz, stream, <args>)``, and the
-    slot expressions it packs."""
-    facts = dict(spec.args)
-    plans = profile.args
-    tensors = [p for p in plans if p.kind == TENSOR]
-    params = []
-    for p in plans:
-        if p.kind == TENSOR:
-            params += [p.name, f"_tk_p{tensors.index(p)}"]
-        elif p.kind != CONST:
-            params.append(p.name)
-    mx, my, mz = max_grid
-    lines = [f"def _tk_entry(_tk_gx, _tk_gy, _tk_gz, _tk_s, {', '.join(params)}):", "    try:"]
-    b = [f"if not (0 < _tk_gx <= {mx} and 0 < _tk_gy <= {my} and 0 < _tk_gz <= {mz}):",
-         "    if _tk_gx >= 0 and _tk_gy >= 0 and _tk_gz >= 0 and "
-         "not (_tk_gx and _tk_gy and _tk_gz):",
-         "        return None  # an empty grid: nothing to run",
-         "    return _tk_MISS"]
-    rank: dict[str, int] = {}
-    for p in tensors:
-        j = tensors.index(p)
-        fact = facts[p.name]
-        assert isinstance(fact, TensorSpec)
-        rank[p.name] = fact.rank
-        if fact.rank:
-            b.append(f"_tk_sh{j} = {p.name}.shape; _tk_st{j} = {p.name}.stride()")
-        if fact.index is DType.INT32 and fact.rank:
-            # span - 1 below 2^31 - 1; the 'i' slots refuse extents and strides >= 2^31
-            span = " + ".join(f"(_tk_sh{j}[{a}] - 1) * _tk_st{j}[{a}]" for a in range(fact.rank))
-            b.append(f"if {span} >= {_I32} or min(_tk_st{j}) < 0:")
-            b.append("    return _tk_next(_tk_gx, _tk_gy, _tk_gz, _tk_s, "
-                     f"{', '.join(params)})")
-        elif fact.rank:
-            b.append(f"if _tk_fits_int32(_tk_sh{j}, _tk_st{j}):")
-            b.append("    return _tk_next(_tk_gx, _tk_gy, _tk_gz, _tk_s, "
-                     f"{', '.join(params)})")
-    exprs = []
-    for slot in loaded.compiled.params:
-        kind = slot.kind
-        if kind is SlotKind.POINTER:
-            exprs.append(f"_tk_p{[t.name for t in tensors].index(slot.arg)}")
-        elif kind is SlotKind.SIZE:
-            exprs.append(f"_tk_sh{[t.name for t in tensors].index(slot.arg)}[{slot.axis}]")
-        elif kind is SlotKind.STRIDE:
-            exprs.append(f"_tk_st{[t.name for t in tensors].index(slot.arg)}[{slot.axis}]")
-        elif kind is SlotKind.SCALAR:
-            exprs.append(f"_tk_bf16({slot.arg})" if slot.dtype == "bfloat16" else slot.arg)
-        else:
-            exprs.append("_tk_status")
-    b.append(f"_tk_pack(_tk_buf, 0, {', '.join(exprs)})")
-    lines += ["        " + line for line in b]
-    lines += ["    except Exception:",
-              "        return _tk_MISS",
-              "    try:",
-              "        if _tk_launch(_tk_fh, _tk_gx, _tk_gy, _tk_gz, _tk_threads, 1, 1, "
-              "_tk_shared, _tk_s, _tk_params, None):",
-              "            return _tk_MISS  # the slow path retries and names the error",
-              "    except _tk_ArgumentError:",
-              "        return _tk_MISS"]
-    if loaded.compiled.asserts:
-        lines.append("    _tk_check_status(_tk_loaded, 0 if _tk_s is None else _tk_s.value, None)")
-    lines.append("    return None")
-    return "\n".join(lines) + "\n", tuple(exprs)
-
-
-def _miss(*args: Any) -> Any:
-    return MISS
-
-
-def make_entry(spec: Specialization, loaded: Any, profile: Profile, max_grid: Sequence[int],
-               launch_fn: Any, check_status: Callable[..., None],
-               next_entry: Callable[..., Any] | None = None) -> Callable[..., Any]:
-    """The generated entry for ``loaded`` (chained to ``next_entry`` of the same key)."""
-    source, _ = _entry_source(spec, loaded, profile, max_grid)
-    env: dict[str, Any] = {
-        "_tk_MISS": MISS, "_tk_next": next_entry or _miss, "_tk_fits_int32": fits_int32,
-        "_tk_bf16": _bf16_bits, "_tk_pack": loaded.pack, "_tk_buf": loaded.buffer,
-        "_tk_status": loaded.status_ptr, "_tk_launch": launch_fn,
-        "_tk_fh": ctypes.c_void_p(loaded.function.handle),
-        "_tk_threads": loaded.compiled.block_threads, "_tk_shared": loaded.compiled.shared_bytes,
-        "_tk_params": ctypes.c_void_p(loaded.params_ptr),
-        "_tk_ArgumentError": ctypes.ArgumentError, "_tk_check_status": check_status,
-        "_tk_loaded": loaded,
-    }
-    exec(compile(source, f"<tilekit entry {loaded.compiled.name}>", "exec"), env)
-    entry = env["_tk_entry"]
-    entry._tk_spec = spec  # type: ignore[attr-defined]
-    entry._tk_next = next_entry  # type: ignore[attr-defined]
-    entry._tk_source = source  # type: ignore[attr-defined]
-    return entry
-
-
-def add_entry(dispatcher: Dispatcher, key: tuple[Any, ...], spec: Specialization,
-              make: Callable[[Callable[..., Any] | None], Callable[..., Any]]) -> bool:
-    """Put an entry for ``spec`` first under ``key`` (unless the key has one already)."""
-    head = dispatcher.table.get(key)
-    entry = head
-    while entry is not None:
-        if entry._tk_spec == spec:
+    def add(self, key: tuple[Any, ...], spec: Specialization, loaded: Any) -> bool:
+        """Put an entry for ``loaded`` under ``key``, unless the key has one (the first
+        stays: a key's facts decide its specialization but for degenerate views, e.g. an
+        extent past 2^31 with stride 0, whose 64-bit kernel the slow path keeps running)."""
+        if key in self.table:
             return False
-        entry = entry._tk_next
-    dispatcher.table[key] = make(head)
-    return True
+        entry = make_entry(self.profile, loaded)
+        if entry is None:
+            return False
+        self.table[key] = entry
+        self.specs[key] = spec
+        return True
+
+
+def make_entry(profile: Profile, loaded: Any) -> tuple[Any, ...] | None:
+    """What a hit needs of a loaded kernel, in the dispatcher's order: (pack, buffer,
+    function, threads, shared bytes, kernelParams, status pointer, grid limits x y z,
+    the loaded kernel when its status word must be read). None when the kernel's slots
+    are not in the ABI's order (the slow path then serves it)."""
+    compiled = loaded.compiled
+    slots = [(p.kind, p.arg, p.axis if p.kind in (SlotKind.SIZE, SlotKind.STRIDE) else -1)
+             for p in compiled.params]
+    if slots != canonical_slots(profile):
+        return None
+    mx, my, mz = loaded.props.max_grid
+    return (loaded.pack, loaded.buffer, ctypes.c_void_p(loaded.function.handle),
+            compiled.block_threads, compiled.shared_bytes, ctypes.c_void_p(loaded.params_ptr),
+            loaded.status_ptr, mx, my, mz, loaded if compiled.asserts else None)

@@ -289,7 +289,8 @@ def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mappin
     dispatcher = fast.get(profile)
     if dispatcher is None:
         dispatcher = fastpath.Dispatcher(kern, profile, device_arrays.torch_current_stream(),
-                                         device_arrays.stream_handle)
+                                         device_arrays.stream_handle, driver.launch_fn(),
+                                         _check_status)
         fast[profile] = dispatcher
     args = tuple(bound[p.name] for p in profile.args[:npos])
     kwargs = {n: bound[n] for n in kwnames}
@@ -298,8 +299,6 @@ def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mappin
     key = dispatcher.key(args, kwargs)
     if key is None:
         return False
-    launch_fn = driver.launch_fn()
-    fastpath.add_entry(dispatcher, key, spec, lambda head: fastpath.make_entry(
-        spec, loaded, profile, loaded.props.max_grid, launch_fn, _check_status, head))
+    dispatcher.add(key, spec, loaded)
     kern._loaded.activate(dispatcher)
     return True
