@@ -14,6 +14,7 @@ import tilekit as tk
 from tilekit import knobs
 from tilekit.errors import ExecutionError, LaunchError
 from tilekit.rt import cache, device_arrays, driver, gpu
+from tilekit.rt.launcher import Launch
 
 from .ptx_kernels import ASSERT_LINE, add, check_positive, fake_compile, vector_add_kernel
 
@@ -41,20 +42,27 @@ def run_add(x, y, out, n: int, **kw) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Records the streams launched on and every synchronization."""
-    calls: dict[str, list] = {"launch": [], "sync": []}
-    real_launch, real_sync = driver.launch, driver.synchronize
+    """Records the streams launched on (by the slow and the fast path: both call
+    ``driver.launch_fn()``), every synchronization, and every slow-path launch."""
+    calls: dict[str, list] = {"launch": [], "sync": [], "slow": []}
+    real_launch, real_sync = driver.launch_fn(), driver.synchronize
+    real_slow = Launch._launch
 
-    def launch(function, grid, threads, shared, stream, params, loc=None):  # type: ignore[no-untyped-def]
-        calls["launch"].append(stream)
-        return real_launch(function, grid, threads, shared, stream, params, loc)
+    def launch(fh, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+        calls["launch"].append(0 if stream is None else stream.value)
+        return real_launch(fh, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
 
     def synchronize(stream, loc=None):  # type: ignore[no-untyped-def]
         calls["sync"].append(stream)
         return real_sync(stream, loc)
 
-    monkeypatch.setattr(driver, "launch", launch)
+    def slow(self, args, kwargs):  # type: ignore[no-untyped-def]
+        calls["slow"].append(args)
+        return real_slow(self, args, kwargs)
+
+    monkeypatch.setattr(driver, "launch_fn", lambda: launch)
     monkeypatch.setattr(driver, "synchronize", synchronize)
+    monkeypatch.setattr(Launch, "_launch", slow)
     return calls
 
 
@@ -281,3 +289,107 @@ def test_device_properties() -> None:
     assert props.sm_count > 0 and props.max_shared_optin >= 48 * 1024
     assert props.max_grid[0] >= 2**31 - 1 and props.arch.startswith("sm_")
     assert driver.driver_version() is not None
+
+
+# --- the launch fast path -----------------------------------------------------------------
+
+
+def test_fast_path_gives_the_slow_paths_results(spy) -> None:  # type: ignore[no-untyped-def]
+    torch = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for _ in range(4):  # new data (and new buffers) each time: one slow launch, then hits
+        x = torch.randn(5000, device="cuda", generator=gen)
+        y = torch.randn(5000, device="cuda", generator=gen)
+        out = torch.full_like(x, float("nan"))
+        run_add(x, y, out, 5000)
+        torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+    assert len(spy["slow"]) == 1 and len(spy["launch"]) == 4
+    assert set(spy["launch"]) == {torch.cuda.current_stream().cuda_stream}
+
+
+def test_fast_path_misses_on_a_fact_of_the_specialization(spy) -> None:  # type: ignore[no-untyped-def]
+    torch = _torch()
+    base = torch.randn(4100, device="cuda")
+    out = torch.zeros(4100, device="cuda")
+    run_add(base, base, out, 4100)
+    assert len(spy["slow"]) == 1
+    run_add(base[1:], base[1:], out[1:], 4099)  # 4 bytes past 16: not aligned16
+    assert len(spy["slow"]) == 2
+    torch.testing.assert_close(out[1:], 2 * base[1:], rtol=0, atol=0)
+    specs = [spec for spec, _ in add._loaded]
+    assert [dict(s.args)["X"].aligned16 for s in specs] == [True, False]
+    run_add(base[4:], base[4:], out[4:], 4096)  # 16 bytes past: aligned again, a hit
+    run_add(base[1:], base[1:], out[1:], 4099)  # a hit of the unaligned entry
+    assert len(spy["slow"]) == 2 and len(add._loaded) == 2
+    h = base.to(torch.bfloat16)
+    hout = torch.empty_like(h)
+    run_add(h, h, hout, 4100)  # another dtype
+    assert len(spy["slow"]) == 3
+    assert torch.equal(hout, (h.float() * 2).to(torch.bfloat16))
+    run_add(base, base, out, 4100, stream=torch.cuda.Stream())  # a new stream: missed once
+    torch.cuda.synchronize()
+    assert len(spy["slow"]) == 4 and len(add._loaded) == 3
+
+
+def test_fast_path_misses_on_another_device(spy) -> None:  # type: ignore[no-untyped-def]
+    torch = _torch()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    for dev in ("cuda:0", "cuda:1", "cuda:0", "cuda:1"):
+        x = torch.ones(1000, device=dev)
+        out = torch.zeros_like(x)
+        with torch.cuda.device(x.device):
+            run_add(x, x, out, 1000)
+        assert torch.all(out == 2).item()
+    assert len(spy["slow"]) == 2
+
+
+def test_cuda_graph_capture_and_replay(spy) -> None:  # type: ignore[no-untyped-def]
+    """A launch captured by torch.cuda.graph replays on the static buffers' new data: the
+    fast path queues nothing but the kernel (no sync, no allocation, no copy)."""
+    torch = _torch()
+    n = 10_000
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    out = torch.zeros(n, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up on the capture stream: compiled, loaded, keyed
+        run_add(x, y, out, n)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    slow_before = len(spy["slow"])
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        run_add(x, y, out, n)
+        run_add(out, y, out, n)  # out = x + 2y
+    assert len(spy["slow"]) == slow_before  # captured from the fast path
+    assert spy["sync"] == []
+    for seed in range(3):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        x.copy_(torch.randn(n, device="cuda", generator=gen))
+        y.copy_(torch.randn(n, device="cuda", generator=gen))
+        out.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, (x + y) + y, rtol=0, atol=0)
+
+
+def test_cuda_graph_capture_through_the_slow_path() -> None:
+    """The first launch may even be captured (the kernel already loaded): the slow path
+    for device tensors queues only the kernel, too."""
+    torch = _torch()
+    n = 3000
+    x = torch.randn(n, device="cuda")
+    out = torch.zeros(n, device="cuda")
+    run_add(x, x, out, n)  # compile and load outside the capture
+    torch.cuda.synchronize()
+    add._loaded.fast.clear()
+    add._launch_cls = Launch  # as before any fast entry: the capture takes the slow path
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run_add(x, x, out, n)
+    x.copy_(torch.arange(n, dtype=torch.float32, device="cuda"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * x)

@@ -206,7 +206,8 @@ def canonical_slots(profile: Profile) -> list[tuple[SlotKind, str, int]]:
 # --- the dispatcher (per kernel and profile) ----------------------------------------------
 
 
-def _dispatch_source(kern: Any, profile: Profile, as_method: bool) -> str:
+def _dispatch_source(kern: Any, profile: Profile, as_method: bool,
+                     key_only: bool = False) -> str:
     """Python source of the dispatcher: ``_tk_dispatch(_tk_grid, args, kwargs)``, or as a
     ``__call__(self, *args, **kwargs)`` method of the kernel's launch class. Everything
     up to the launch is in one ``try``: any surprise is a miss, before anything is
@@ -262,6 +263,12 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool) -> str:
     for p in plans:
         if p.kind in (INT, SCALAR):
             values.append(f"_tk_bf16({p.name})" if p.bf16 else p.name)
+    if key_only:  # the key's cost alone (bench/dispatch.py), and the key of an install
+        lines = ["def _tk_key(_tk_grid, args, kwargs):", "    try:"]
+        lines += ["        " + line for line in body]
+        lines += [f"        return ({', '.join(key)},)", "    except Exception:",
+                  "        return None"]
+        return "\n".join(lines) + "\n"
     b("(_tk_pack, _tk_buf, _tk_fh, _tk_threads, _tk_shared, _tk_params, _tk_status, _tk_mx, "
       f"_tk_my, _tk_mz, _tk_check) = _tk_table[({', '.join(key)},)]")
     # the grid: an int, a tuple of 1 to 3 ints, or a function of the arguments
@@ -356,9 +363,10 @@ class Dispatcher:
             if plan.has_default:
                 env[f"_tk_default_{plan.name}"] = defaults[plan.name]
         self.source = _dispatch_source(kern, profile, as_method=False)
-        self._code = compile(self.source, f"<tilekit dispatch {kern.name}>", "exec")
-        self._env = dict(env)
-        exec(self._code, env)
+        exec(compile(self.source, f"<tilekit dispatch {kern.name}>", "exec"), env)
+        key_source = _dispatch_source(kern, profile, as_method=False, key_only=True)
+        exec(compile(key_source, f"<tilekit key {kern.name}>", "exec"), env)
+        self.key_fn: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = env["_tk_key"]
         self.dispatch: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = \
             env["_tk_dispatch"]
         method = _dispatch_source(kern, profile, as_method=True)
@@ -366,20 +374,8 @@ class Dispatcher:
         self.method: Callable[..., Any] = env["__call__"]
 
     def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The key this dispatcher computes for a call (None if it would not get that
-        far), by running its own code with a table that records the lookup."""
-        seen: list[tuple[Any, ...]] = []
-
-        class Recorder(dict):  # type: ignore[type-arg]
-            def __getitem__(self, key: Any) -> Any:
-                seen.append(key)
-                raise _Miss
-
-        env = dict(self._env)
-        env["_tk_table"] = Recorder()
-        exec(self._code, env)
-        env["_tk_dispatch"](1, args, kwargs)
-        return seen[0] if seen else None
+        """The key the dispatcher computes for a call (None when it would miss before)."""
+        return self.key_fn(None, args, kwargs)
 
     def add(self, key: tuple[Any, ...], spec: Specialization, loaded: Any) -> bool:
         """Put an entry for ``loaded`` under ``key``, unless the key has one (the first

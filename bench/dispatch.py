@@ -1,0 +1,264 @@
+"""Host time per launch on a cache hit: tilekit against a raw cuLaunchKernel, torch, Triton.
+
+One kernel of four arguments (two tensors, an int, a constexpr: ``Y = X + 1`` over
+``n`` elements), launched thousands of times from Python. Each variant runs ``--rounds``
+rounds of ``--launches`` launches; a round is timed with ``time.perf_counter`` around
+the loop, launches are not synchronized until the round ends (the synchronization is
+not in the time), and the figure is the median round's microseconds per launch.
+
+Variants:
+
+* ``tilekit``: ``add_one[grid](x, y, n, BLOCK=BLOCK)``, the fast path (a cache hit);
+* ``tilekit slow path``: the same launch through the full path (``Launch.__call__`` of
+  the base class: bind, specialize, describe, check), what every launch cost before;
+* ``raw cuLaunchKernel (argtypes)``: ctypes into libcuda with ``argtypes`` set, all
+  arguments packed once, on the same cubin (tilekit's compiled kernel loaded again as
+  its own module): the issue's reference (5.7 us on our H100);
+* ``raw cuLaunchKernel (no argtypes)``: the same with the arguments pre-converted to
+  ctypes objects, the cheapest call ctypes can make;
+* ``torch.add``: ``torch.add(a, b, out=c)`` of 4096 floats;
+* ``triton``: the same kernel as a tutorial-style ``@triton.jit`` vector add.
+
+Also timed alone: the fast path's key (``Dispatcher.key_fn``) and the torch attributes it
+reads. Targets (issue 7): tilekit <= 1.3x raw (argtypes), Triton >= 2.5x tilekit.
+
+    python3 bench/dispatch.py [--out DIR] [--launches 5000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import time
+import timeit
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+import common  # noqa: E402  (bench/common.py)
+
+N = 4096
+BLOCK = 1024
+
+
+def build_tilekit() -> Any:
+    import tilekit as tk
+
+    @tk.kernel
+    def add_one(X, Y, n, BLOCK: tk.constexpr):
+        offs = tk.program_id(0) * BLOCK + tk.arange(BLOCK)
+        mask = offs < n
+        tk.store(Y, offs, tk.load(X, offs, mask) + 1.0, mask)
+
+    return add_one
+
+
+def build_triton() -> Any:
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def triton_add_one(X, Y, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(Y + offs, tl.load(X + offs, mask=mask) + 1.0, mask=mask)
+
+    return triton_add_one
+
+
+def rounds_us(loop: Any, launches: int, rounds: int) -> list[float]:
+    """Microseconds per launch of each round (``loop(k)`` makes k launches)."""
+    import torch
+
+    loop(100)  # warm
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        loop(launches)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        out.append((t1 - t0) / launches * 1e6)
+    return out
+
+
+def main() -> int:
+    p = common.parser(__doc__.split("\n", 1)[0])
+    p.add_argument("--launches", type=int, default=5000)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+    torch = common.require_gpu()
+    env = common.environment()
+    common.print_header(env)
+
+    from tilekit.rt import device_arrays, driver, gpu
+    from tilekit.rt.launcher import Launch
+
+    dev = torch.cuda.current_device()
+    x = torch.randn(N, device="cuda")
+    y = torch.zeros(N, device="cuda")
+    grid = ((N + BLOCK - 1) // BLOCK,)
+    expected = x + 1
+
+    add_one = build_tilekit()
+    add_one[grid](x, y, N, BLOCK=BLOCK)  # compile, load, install the fast path
+    add_one[grid](x, y, N, BLOCK=BLOCK)
+    torch.cuda.synchronize()
+    assert torch.equal(y, expected), "tilekit's add_one is wrong"
+    if not add_one._loaded.fast:
+        sys.exit("tilekit installed no fast path entry for this launch (a bug)")
+    launch_type = type(add_one[grid])
+    print(f"# tilekit launches through {launch_type.__name__} "
+          f"(fast path: {launch_type is not Launch})")
+
+    def loop_tilekit(k: int) -> None:
+        for _ in range(k):
+            add_one[grid](x, y, N, BLOCK=BLOCK)
+
+    def loop_slow(k: int) -> None:
+        for _ in range(k):
+            Launch(add_one, grid)(x, y, N, BLOCK=BLOCK)
+
+    # raw: tilekit's cubin loaded again as its own module, its arguments packed once
+    (spec, device), loaded = next(iter(add_one._loaded.items()))
+    entry = gpu.compile_cached(add_one.specialize(spec), spec, loaded.props.arch)
+    image = entry.image or entry.kernel.binary
+    function = driver.load_function(image, entry.kernel.name, device, entry.kernel.shared_bytes)
+    raw = gpu.LoadedKernel.build(entry.kernel, function, loaded.props, loaded.status_ptr)
+    ctypes.memmove(raw.buffer, loaded.buffer, len(loaded.buffer))  # the same arguments
+    stream = int(torch.cuda.current_stream().cuda_stream)
+    threads, shared = entry.kernel.block_threads, entry.kernel.shared_bytes
+    lib = ctypes.CDLL("libcuda.so.1")
+    launch_at = lib.cuLaunchKernel
+    launch_at.restype = ctypes.c_int
+    launch_at.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    launch_plain = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    launch_plain.restype = ctypes.c_int
+    fh, pp = function.handle, raw.params_ptr
+    fh_obj, pp_obj = ctypes.c_void_p(fh), ctypes.c_void_p(pp)
+    st_obj = ctypes.c_void_p(stream) if stream else None
+    gx = grid[0]
+    y.zero_()
+    rc = launch_at(fh, gx, 1, 1, threads, 1, 1, shared, stream, pp, None)
+    rc |= launch_plain(fh_obj, gx, 1, 1, threads, 1, 1, shared, st_obj, pp_obj, None)
+    torch.cuda.synchronize()
+    if rc or not torch.equal(y, expected):
+        sys.exit(f"the raw launch failed (status {rc}) or computed a wrong result")
+
+    def loop_raw_argtypes(k: int) -> None:
+        for _ in range(k):
+            launch_at(fh, gx, 1, 1, threads, 1, 1, shared, stream, pp, None)
+
+    def loop_raw_plain(k: int) -> None:
+        for _ in range(k):
+            launch_plain(fh_obj, gx, 1, 1, threads, 1, 1, shared, st_obj, pp_obj, None)
+
+    a, b, c = torch.randn(N, device="cuda"), torch.randn(N, device="cuda"), torch.empty(
+        N, device="cuda")
+
+    def loop_torch(k: int) -> None:
+        for _ in range(k):
+            torch.add(a, b, out=c)
+
+    variants: list[tuple[str, Any]] = [
+        ("tilekit", loop_tilekit),
+        ("raw cuLaunchKernel (argtypes)", loop_raw_argtypes),
+        ("raw cuLaunchKernel (no argtypes)", loop_raw_plain),
+        ("torch.add", loop_torch),
+    ]
+    triton_kernel = build_triton()
+    if triton_kernel is not None:
+        y.zero_()
+        triton_kernel[grid](x, y, N, BLOCK=BLOCK)
+        torch.cuda.synchronize()
+        assert torch.equal(y, expected), "the Triton kernel is wrong"
+
+        def loop_triton(k: int) -> None:
+            for _ in range(k):
+                triton_kernel[grid](x, y, N, BLOCK=BLOCK)
+
+        variants.append(("triton", loop_triton))
+    else:
+        print("# triton is not installed: no Triton row")
+
+    results: dict[str, dict[str, Any]] = {}
+    for name, loop in variants:
+        per = rounds_us(loop, args.launches, args.rounds)
+        results[name] = {"us_per_launch": common.median(per), "rounds_us": per,
+                         "launches_per_round": args.launches}
+    slow = rounds_us(loop_slow, max(1, args.launches // 20), args.rounds)
+    results["tilekit slow path"] = {"us_per_launch": common.median(slow), "rounds_us": slow,
+                                    "launches_per_round": max(1, args.launches // 20)}
+    y.zero_()
+    loop_tilekit(1)
+    torch.cuda.synchronize()
+    assert torch.equal(y, expected), "tilekit's result changed after the timing"
+
+    # the fast path's key alone, and what it reads of torch
+    dispatcher = next(iter(add_one._loaded.fast.values()))
+    call_args, call_kw = (x, y, N), {"BLOCK": BLOCK}
+    assert dispatcher.key_fn(grid, call_args, call_kw) is not None
+    reps = 200_000
+    key_us = timeit.timeit(lambda: dispatcher.key_fn(grid, call_args, call_kw),
+                           number=reps) / reps * 1e6
+    empty_us = timeit.timeit(lambda: None, number=reps) / reps * 1e6
+    raw_stream = device_arrays.torch_current_stream()
+    attrs = {
+        "t.dtype": lambda: x.dtype, "t.dim()": lambda: x.dim(),
+        "t.data_ptr()": lambda: x.data_ptr(), "t.get_device()": lambda: x.get_device(),
+        "t.device.index": lambda: x.device.index, "t.shape": lambda: x.shape,
+        "t.stride()": lambda: x.stride(), "t.numel()": lambda: x.numel(),
+        "t.is_contiguous()": lambda: x.is_contiguous(),
+        "t.storage_offset()": lambda: x.storage_offset(),
+        "torch._C._cuda_getCurrentRawStream(d)": lambda: raw_stream(dev),
+        "torch.cuda.current_stream().cuda_stream":
+            lambda: torch.cuda.current_stream().cuda_stream,
+    }
+    attr_us = {k: timeit.timeit(f, number=reps) / reps * 1e6 - empty_us for k, f in attrs.items()}
+
+    raw_at = results["raw cuLaunchKernel (argtypes)"]["us_per_launch"]
+    raw_plain = results["raw cuLaunchKernel (no argtypes)"]["us_per_launch"]
+    tk_us = results["tilekit"]["us_per_launch"]
+    tri_us = results.get("triton", {}).get("us_per_launch")
+    rows = []
+    order = ["tilekit", "raw cuLaunchKernel (argtypes)", "raw cuLaunchKernel (no argtypes)",
+             "torch.add", "triton", "tilekit slow path"]
+    for name in order:
+        if name in results:
+            per = results[name]["rounds_us"]
+            us = results[name]["us_per_launch"]
+            rows.append([name, us, min(per), max(per), us / raw_at])
+    print(f"\nHost time per launch, median of {args.rounds} rounds of {args.launches} "
+          f"launches ({N} float32, grid {grid}, BLOCK {BLOCK}):\n")
+    print(common.format_table(["variant", "us/launch", "min", "max", "x raw (argtypes)"], rows))
+    summary = {
+        "tilekit_over_raw_argtypes": tk_us / raw_at,
+        "tilekit_over_raw_no_argtypes": tk_us / raw_plain,
+        "triton_over_tilekit": None if tri_us is None else tri_us / tk_us,
+        "slow_over_fast": results["tilekit slow path"]["us_per_launch"] / tk_us,
+        "key_us": key_us - empty_us,
+        "targets": {"tilekit_over_raw_argtypes <=": 1.3, "triton_over_tilekit >=": 2.5},
+    }
+    print(f"\ntilekit / raw (argtypes) = {summary['tilekit_over_raw_argtypes']:.2f} "
+          "(target <= 1.3); tilekit / raw (no argtypes) = "
+          f"{summary['tilekit_over_raw_no_argtypes']:.2f}")
+    if tri_us is not None:
+        print(f"triton / tilekit = {summary['triton_over_tilekit']:.2f} (target >= 2.5)")
+    print(f"slow path / fast path = {summary['slow_over_fast']:.1f}")
+    print(f"\nthe fast path's key alone: {summary['key_us']:.3f} us per call "
+          f"({len(dispatcher.key_fn(grid, call_args, call_kw))} items)\n")
+    print(common.format_table(["torch read", "us"], [[k, v] for k, v in attr_us.items()]))
+    data = {"environment": env, "kernel": {"n": N, "block": BLOCK, "grid": grid},
+            "results": results, "summary": summary, "torch_attribute_us": attr_us}
+    for path in common.write_json("dispatch", data, args.out):
+        print(f"# wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The pure-Python parts of the GPU benches (bench/common.py), and that the benches say
+clearly when there is no GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import common  # noqa: E402
+
+
+def test_format_table() -> None:
+    text = common.format_table(["variant", "us"], [["tilekit", 6.4321], ["slow", 123.456],
+                                                   ["none", None]])
+    assert text.splitlines() == ["| variant | us |", "|---|---:|", "| tilekit | 6.432 |",
+                                 "| slow | 123.5 |", "| none | - |"]
+
+
+def test_write_json_into_results_and_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    paths = common.write_json("dispatch", {"a": 1, "t": (1, 2)}, tmp_path / "out")
+    assert paths == [tmp_path / "results" / "dispatch.json", tmp_path / "out" / "dispatch.json"]
+    assert all(json.loads(p.read_text()) == {"a": 1, "t": [1, 2]} for p in paths)
+
+
+def test_environment_header() -> None:
+    env = common.environment()
+    assert {"date", "python", "tilekit_commit", "torch", "triton"} <= set(env)
+
+
+@pytest.mark.parametrize("bench", ["dispatch.py", "compile.py"])
+def test_benches_say_why_without_a_gpu(bench: str) -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / bench)], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode != 0
+    assert "needs" in out.stderr and ("torch" in out.stderr or "GPU" in out.stderr)
