@@ -75,9 +75,6 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         mod.data_layout = str(tm.target_data)
         if tgt.is_nvidia and lowering.math.used:
             libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
-        for f in mod.functions:
-            if not f.is_declaration and f.name != fn.name:
-                f.linkage = llvm.Linkage.internal
         mod.verify()
     except RuntimeError as exc:
         raise LoweringError(f"internal error: LLVM rejected the code for `{fn.name}` on "
@@ -87,6 +84,11 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
     llvm_text = str(mod) if should_dump("llvm") else text
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pb = llvm.create_pass_builder(tm, pto)
+    if tgt.is_nvidia and lowering.math.used:
+        # Drop the libdevice functions no one calls before O3 looks at them.
+        dce = llvm.create_new_module_pass_manager()
+        dce.add_global_dead_code_eliminate_pass()
+        dce.run(mod, pb)
     pb.getModulePassManager().run(mod, pb)
     if tgt.is_nvidia:
         binary, kind = tm.emit_assembly(mod).encode(), "ptx"

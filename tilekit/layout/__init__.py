@@ -38,74 +38,66 @@ most minor; hardware in dims are ``register``, ``lane``, ``warp``, ``block``
 and ``offset``; tensor dims are ``dim0``, ``dim1``...
 """
 
-from tilekit.layout import (
-    admissibility,
-    assign,
-    banks,
-    convert,
-    cute,
-    distributed,
-    isl_lift,
-    linear,
-    pictures,
-    piecewise,
-    propagate,
-    shared,
-    swizzle,
-    tile_layouts,
-    tma,
-    vectorize,
-    wgmma,
-)
-from tilekit.layout.admissibility import Rule, Verdict, Violation
-from tilekit.layout.assign import MatmulTile, plan_matmul_tile
-from tilekit.layout.banks import Access, AccessKind, Target, count_wavefronts
-from tilekit.layout.banks import target as bank_target
-from tilekit.layout.convert import ConversionKind, apply_plan, plan_conversion
-from tilekit.layout.cute import ComposedLayout, Layout, Swizzle
-from tilekit.layout.distributed import (
-    MatrixCount,
-    blocked,
-    ldmatrix,
-    mma_m16n8k16_a,
-    mma_m16n8k16_acc,
-    mma_m16n8k16_b,
-    slice_layout,
-    stmatrix,
-    wgmma_a_regs,
-    wgmma_acc,
-)
-from tilekit.layout.isl_lift import equal, lift
-from tilekit.layout.linear import BLOCK, LANE, OFFSET, REGISTER, WARP, LinearLayout
-from tilekit.layout.pictures import render, render_cute, render_distributed, render_shared
-from tilekit.layout.piecewise import Domain, PiecewiseLayout, SymbolicExtent, decompose_tiled
-from tilekit.layout.propagate import LayoutOptions, assign_layouts
-from tilekit.layout.shared import (
-    Major,
-    Operand,
-    SwizzleMode,
-    nvidia_swizzle,
-    swizzled_shared,
-    unswizzled,
-)
-from tilekit.layout.swizzle import SharedAccess, synthesize_swizzle
-from tilekit.layout.tile_layouts import (
-    BlockedEncoding,
-    SliceEncoding,
-    TileLayout,
-    default_blocked,
-)
-from tilekit.layout.tma import GlobalTensor, TmaRequest, tma_admissibility, tma_alternatives
-from tilekit.layout.vectorize import TensorFacts, vector_width
-from tilekit.layout.wgmma import wgmma_admissibility, wgmma_alternatives
+import importlib
+from typing import Any
 
-show = render
-"""``tk.layout.show(layout, "out.svg")``: draw any layout (distributed, shared or CuTe)."""
+# Names are loaded on first use (PEP 562): code generation imports `propagate` and
+# `tile_layouts` without paying for ISL, sympy and the pictures (about 0.5 s).
+_SUBMODULES = frozenset({
+    "admissibility", "assign", "banks", "convert", "cute", "distributed", "isl_lift",
+    "linear", "pictures", "piecewise", "propagate", "shared", "swizzle", "tile_convert",
+    "tile_layouts", "tma", "vectorize", "wgmma",
+})
+_NAMES: dict[str, tuple[str, str]] = {
+    **{n: ("admissibility", n) for n in ("Rule", "Verdict", "Violation")},
+    **{n: ("assign", n) for n in ("MatmulTile", "plan_matmul_tile")},
+    **{n: ("banks", n) for n in ("Access", "AccessKind", "Target", "count_wavefronts")},
+    "bank_target": ("banks", "target"),
+    **{n: ("convert", n) for n in ("ConversionKind", "apply_plan", "plan_conversion")},
+    **{n: ("cute", n) for n in ("ComposedLayout", "Layout", "Swizzle")},
+    **{n: ("distributed", n) for n in (
+        "MatrixCount", "blocked", "ldmatrix", "mma_m16n8k16_a", "mma_m16n8k16_acc",
+        "mma_m16n8k16_b", "slice_layout", "stmatrix", "wgmma_a_regs", "wgmma_acc")},
+    **{n: ("isl_lift", n) for n in ("equal", "lift")},
+    **{n: ("linear", n) for n in ("BLOCK", "LANE", "OFFSET", "REGISTER", "WARP",
+                                  "LinearLayout")},
+    **{n: ("pictures", n) for n in ("render", "render_cute", "render_distributed",
+                                    "render_shared")},
+    "show": ("pictures", "render"),
+    **{n: ("piecewise", n) for n in ("Domain", "PiecewiseLayout", "SymbolicExtent",
+                                     "decompose_tiled")},
+    **{n: ("propagate", n) for n in ("LayoutOptions", "assign_layouts")},
+    **{n: ("shared", n) for n in ("Major", "Operand", "SwizzleMode", "nvidia_swizzle",
+                                  "swizzled_shared", "unswizzled")},
+    **{n: ("swizzle", n) for n in ("SharedAccess", "synthesize_swizzle")},
+    **{n: ("tile_layouts", n) for n in ("BlockedEncoding", "SliceEncoding", "TileLayout",
+                                        "default_blocked")},
+    **{n: ("tma", n) for n in ("GlobalTensor", "TmaRequest", "tma_admissibility",
+                               "tma_alternatives")},
+    **{n: ("vectorize", n) for n in ("TensorFacts", "vector_width")},
+    **{n: ("wgmma", n) for n in ("wgmma_admissibility", "wgmma_alternatives")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tilekit.layout.{name}")
+    if name in _NAMES:
+        module, attr = _NAMES[name]
+        value = getattr(importlib.import_module(f"tilekit.layout.{module}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tilekit.layout' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _SUBMODULES | set(_NAMES))
+
 
 __all__ = [
     "BLOCK", "LANE", "OFFSET", "REGISTER", "WARP", "Access", "AccessKind", "BlockedEncoding",
     "ComposedLayout", "LayoutOptions", "SliceEncoding", "TileLayout", "assign_layouts",
-    "default_blocked", "propagate", "tile_layouts",
+    "default_blocked", "propagate", "tile_convert", "tile_layouts",
     "ConversionKind", "Domain", "GlobalTensor", "Layout", "LinearLayout", "Major", "MatmulTile",
     "MatrixCount", "Operand", "PiecewiseLayout", "Rule", "SharedAccess", "Swizzle",
     "SwizzleMode", "SymbolicExtent", "Target", "TensorFacts", "TmaRequest", "Verdict",
