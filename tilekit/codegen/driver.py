@@ -85,7 +85,12 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pb = llvm.create_pass_builder(tm, pto)
     if tgt.is_nvidia and lowering.math.used:
-        # Drop the libdevice functions no one calls before O3 looks at them.
+        # Everything but the kernel internal (libdevice's ~500 functions in one C++ pass,
+        # not one ffi call each), then drop what no one calls before O3 looks at it.
+        internalize = llvm.create_new_module_pass_manager()
+        internalize.add_internalize_pass()
+        internalize.run(mod, pb)
+        mod.get_function(fn.name).linkage = llvm.Linkage.external
         dce = llvm.create_new_module_pass_manager()
         dce.add_global_dead_code_eliminate_pass()
         dce.run(mod, pb)

@@ -14,18 +14,13 @@ Search order for the bitcode: ``TILEKIT_LIBDEVICE`` (a file), ``cuda.pathfinder`
 
 from __future__ import annotations
 
-import functools
 import glob
-import hashlib
 import os
-import tempfile
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
 import llvmlite.binding as llvm
-
-from tilekit import knobs
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 _NAME = "libdevice.10.bc"
@@ -66,60 +61,17 @@ def _bitcode(path: str) -> bytes:
 
 
 def link_libdevice(module: llvm.ModuleRef, target_triple: str, data_layout: str) -> None:
-    """Link libdevice into ``module`` (in place), every function of it ``linkonce_odr``:
-    calls resolve to them, and the O3 pipeline inlines what was used and drops the rest
-    (no per-function loop over libdevice's ~500 functions per compile)."""
-    lib = llvm.parse_bitcode(_prepared_bitcode())
-    lib.triple = target_triple
-    lib.data_layout = data_layout
-    module.link_in(lib)
-
-
-def _find_or_raise() -> str:
+    """Link libdevice into ``module`` (in place). The caller then internalizes every
+    non-kernel symbol (LLVM's internalize pass, then the kernel made external again) and
+    drops what no one calls (GlobalDCE) before the O3 pipeline, which inlines the rest."""
     path = find_libdevice()
     if path is None:
         raise FileNotFoundError(f"{_NAME} not found: set TILEKIT_LIBDEVICE or CUDA_HOME, "
                                 "or pip install nvidia-nvvm")
-    return path
-
-
-@functools.lru_cache(maxsize=1)
-def _prepared_bitcode() -> bytes:
-    """libdevice with its definitions made ``linkonce_odr``, once per machine: kept in the
-    cache directory (written atomically, keyed by libdevice's hash and LLVM's version),
-    and in memory for the process."""
-    raw = _bitcode(_find_or_raise())
-    key = hashlib.sha256(raw + repr(llvm.llvm_version_info).encode()).hexdigest()[:16]
-    path = _cache_dir() / "libdevice" / f"libdevice-{key}.bc"
-    try:
-        data = path.read_bytes()
-        llvm.parse_bitcode(data)  # verified: a corrupt file is rebuilt
-        return data
-    except (OSError, RuntimeError):
-        pass
-    lib = llvm.parse_bitcode(raw)
-    for fn in lib.functions:
-        if not fn.is_declaration:
-            fn.linkage = llvm.Linkage.linkonce_odr
-    data = lib.as_bitcode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache only costs the preparation next time
-    return data
-
-
-def _cache_dir() -> Path:
-    """The user's tilekit cache directory (as the runtime's disk cache uses)."""
-    configured = knobs.CACHE_DIR.get()
-    if configured:
-        return Path(configured).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "tilekit"
+    lib = llvm.parse_bitcode(_bitcode(path))
+    lib.triple = target_triple
+    lib.data_layout = data_layout
+    module.link_in(lib)
 
 
 FTZ_FLAG = '!llvm.module.flags = !{!0}\n!0 = !{i32 4, !"nvvm-reflect-ftz", i32 0}\n'
