@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -41,6 +42,10 @@ def require_gpu() -> Any:
 
 
 def git_commit() -> str | None:
+    """The tilekit commit measured: ``$TILEKIT_BENCH_COMMIT`` (set by bench/gpu_check.sh for
+    a snapshot without git history), else ``git rev-parse``."""
+    if os.environ.get("TILEKIT_BENCH_COMMIT"):
+        return os.environ["TILEKIT_BENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                              capture_output=True, text=True, timeout=10)

@@ -14,6 +14,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
+[ -f COMMIT ] && export TILEKIT_BENCH_COMMIT=$(cat COMMIT)  # a snapshot without history
 export PYTHONUNBUFFERED=1 TILEKIT_CACHE_DIR=/tmp/tk_cache HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-device}
 python3 - <<'PY'
 import platform, llvmlite, numpy

@@ -13,11 +13,7 @@ medians of CUDA-event timings. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import tilekit as tk  # noqa: E402
+from bench.common import (  # noqa: E402
+    cuda_events_median,
+    environment,
+    require_gpu,
+    write_json,
+)
 
 # --- tilekit kernels --------------------------------------------------------------------------
 
@@ -133,20 +135,7 @@ def triton_kernels():
 # --- timing -----------------------------------------------------------------------------------
 
 def median_ms(torch, fn, reps: int = 30, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+    return cuda_events_median(fn, reps, warmup)
 
 
 def rel_err(torch, got, ref) -> float:
@@ -161,11 +150,7 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="also write the JSON into this folder")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
-    import torch
-
-    if not torch.cuda.is_available():
-        print("memory_bound: no GPU; nothing to measure")
-        return 1
+    torch = require_gpu()
     dev = torch.device("cuda")
     torch.manual_seed(int(time.time()))
     reps = 10 if args.quick else 30
@@ -288,23 +273,10 @@ def main() -> int:
     for M, N in [(8192, 8192), (8191, 8193)]:
         guarded(f"transpose {M}x{N}", lambda M=M, N=N: transpose_case(M, N))
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
-    result = dict(bench="memory_bound", date=time.strftime("%Y-%m-%d"),
-                  gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
-                  triton=triton.__version__, python=platform.python_version(), commit=commit,
-                  copy_gbs=copy_bw, rows=rows_out,
-                  command="python3 bench/memory_bound.py")
+    result = {"bench": "memory_bound", **environment(), "gpu": torch.cuda.get_device_name(0),
+              "copy_gbs": copy_bw, "rows": rows_out}
     print(f"copy (torch d2d, read+write): {copy_bw:.0f} GB/s on {result['gpu']}")
-    text = json.dumps(result, indent=1, default=float)
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "memory_bound.json").write_text(text)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        Path(args.out, "memory_bound.json").write_text(text)
+    write_json("memory_bound", result, Path(args.out) if args.out else None)
     return 0
 
 

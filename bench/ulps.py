@@ -11,10 +11,7 @@ float32 ulps next to the documented bound (docs/numerics.md). Writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,14 +37,10 @@ def main() -> int:
         except AssertionError as exc:
             rows.append(dict(function=name, error=str(exc), bound=NVPTX_ULPS[name]))
             print(f"{name:8s} OVER THE BOUND: {exc}", flush=True)
-    result = dict(bench="ulps", date=time.strftime("%Y-%m-%d"),
-                  gpu=driver.device_props(0).name, rows=rows, command="python3 bench/ulps.py")
-    text = json.dumps(result, indent=1)
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "ulps.json").write_text(text)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        Path(args.out, "ulps.json").write_text(text)
+    from bench.common import environment, write_json
+
+    result = {"bench": "ulps", **environment(), "gpu": driver.device_props(0).name, "rows": rows}
+    write_json("ulps", result, Path(args.out) if args.out else None)
     return 0
 
 
