@@ -7,19 +7,13 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tilekit.codegen.intrinsics import call as _intrinsic
 from tilekit.errors import LoweringError
 
 I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 LDS = 3
 GLOBAL = 1
 CONSTANT = 4
-
-
-def _intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
-    module = b.module
-    fn = module.globals.get(name) or ir.Function(
-        module, ir.FunctionType(ret, [a.type for a in args]), name)
-    return b.call(fn, args)
 
 
 class Vendor:

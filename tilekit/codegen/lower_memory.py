@@ -17,6 +17,7 @@ an atomic's old value is handed to the replicas through shared memory.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from llvmlite import ir
@@ -304,7 +305,7 @@ def _atomic(L: KernelLowering, op: Operation) -> None:
     if lay.has_replicas:
         # Replicas learn the owner's old value through shared memory.
         size = dt.itemsize
-        L.need_scratch(max(1, _numel(lay.shape)) * size)
+        L.need_scratch(max(1, math.prod(lay.shape)) * size)
         L.barrier()
         for r, v in enumerate(olds):
             idx = L.flat_index(lay, r)
@@ -313,13 +314,6 @@ def _atomic(L: KernelLowering, op: Operation) -> None:
         L.barrier()
         olds = L.unstage(lay, dt)
     L.define(op.result, olds)
-
-
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 # --- tile views -------------------------------------------------------------------------------

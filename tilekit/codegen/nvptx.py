@@ -7,27 +7,16 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tilekit.codegen.intrinsics import c32
+from tilekit.codegen.intrinsics import call as _call
+
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 SHARED = 3
 GLOBAL = 1
 
 
 def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
-    module = b.module
-    full = f"llvm.nvvm.read.ptx.sreg.{name}"
-    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(I32, []), full)
-    return b.call(fn, [])
-
-
-def c32(value: int) -> ir.Constant:
-    return ir.Constant(I32, value)
-
-
-def _call(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
-    module = b.module
-    fn = module.globals.get(name) or ir.Function(
-        module, ir.FunctionType(ret, [a.type for a in args]), name)
-    return b.call(fn, args)
+    return _call(b, f"llvm.nvvm.read.ptx.sreg.{name}", I32, [])
 
 
 class Vendor:
