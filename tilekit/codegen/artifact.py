@@ -72,6 +72,7 @@ class CompiledKernel:
     params: tuple[ParamSlot, ...]
     asserts: tuple[AssertSite, ...] = ()
     written_args: tuple[str, ...] = ()  # tensor arguments the kernel may write
+    prints: bool = False  # tk.device_print: the runtime synchronizes to flush the output
     llvm_ir: str = field(default="", compare=False)  # for TILEKIT_DUMP=llvm; not cached
 
     @property

@@ -106,4 +106,4 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         name=fn.name, target=tgt.name, binary_kind=kind, binary=binary, num_warps=warps,
         warp_size=tgt.warp_size, shared_bytes=lowering.scratch_bytes,
         params=tuple(lowering.slots), asserts=tuple(lowering.asserts), written_args=written,
-        llvm_ir=llvm_text)
+        prints=any(op.name == "print" for op in laid.walk()), llvm_ir=llvm_text)

@@ -171,6 +171,7 @@ def _kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
         "params": [[p.kind.value, p.arg, p.dtype, p.axis] for p in k.params],
         "asserts": [[a.message, a.file, a.line, a.col] for a in k.asserts],
         "written_args": list(k.written_args),
+        "prints": k.prints,
     }
 
 
@@ -183,6 +184,7 @@ def _kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
         asserts=tuple(AssertSite(str(m), str(f), int(ln), None if c is None else int(c))
                       for m, f, ln, c in d["asserts"]),
         written_args=tuple(str(a) for a in d["written_args"]),
+        prints=bool(d.get("prints", False)),
     )
 
 

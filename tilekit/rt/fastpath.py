@@ -397,6 +397,8 @@ def make_entry(profile: Profile, loaded: Any) -> tuple[Any, ...] | None:
     the loaded kernel when its status word must be read). None when the kernel's slots
     are not in the ABI's order (the slow path then serves it)."""
     compiled = loaded.compiled
+    if compiled.prints:  # the slow path synchronizes to flush tk.device_print's output
+        return None
     slots = [(p.kind, p.arg, p.axis if p.kind in (SlotKind.SIZE, SlotKind.STRIDE) else -1)
              for p in compiled.params]
     if slots != canonical_slots(profile):

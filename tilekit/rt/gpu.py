@@ -247,6 +247,8 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
                       stream, loaded.params_ptr, loc)
         if compiled.asserts:
             _check_status(loaded, stream, loc)
+        elif compiled.prints:  # device printf is flushed when the launch completes
+            driver.synchronize(stream, loc)
         backs = []
         for s, base in zip(staged, buffers):
             if s.name in written and s.nbytes:
