@@ -55,6 +55,9 @@ class FakeTensor:
         self.dim = itertools.repeat(len(self.shape)).__next__
         self.get_device = itertools.repeat(device).__next__
         self.stride = itertools.repeat(tuple(strides)).__next__
+        size = {"torch.float32": 4, "torch.bfloat16": 2, "torch.float16": 2,
+                "torch.float64": 8, "torch.int32": 4, "torch.int64": 8}.get(dtype, 4)
+        self.element_size = itertools.repeat(size).__next__
 
 
 FakeTensor.__module__ = "torch.fake"  # tilekit recognizes torch tensors by their module
@@ -164,14 +167,28 @@ def test_second_launch_takes_the_fast_path_and_packs_the_same_slots(fake: Driver
 
 def test_new_values_with_the_same_facts_share_the_entry(fake: Driver) -> None:
     a = [FakeTensor((4096,), ptr=0x7F00_0000_0000 + 0x10000 * i) for i in range(3)]
-    b = [FakeTensor((3000,), ptr=0x7F10_0000_0000 + 0x10000 * i, strides=(2,))
-         for i in range(3)]
+    b = [FakeTensor((3000,), ptr=0x7F10_0000_0000 + 0x10000 * i) for i in range(3)]
     run(*a, 4096)
-    run(*b, 3000)  # other pointers, sizes, strides: same dtypes, ranks, alignment
+    run(*b, 3000)  # other pointers and sizes: same dtypes, ranks, alignment, unit strides
     assert fake.loads == 1
     dispatcher = next(iter(add._loaded.fast.values()))
     assert len(dispatcher.table) == 1
-    assert slots_of(fake.launches[-1], loaded_kernels()[0])[:3] == (b[0].data_ptr(), 3000, 2)
+    assert slots_of(fake.launches[-1], loaded_kernels()[0])[:3] == (b[0].data_ptr(), 3000, 1)
+
+
+def test_a_stride_fact_is_a_new_bucket(fake: Driver) -> None:
+    """Unit stride along the last dim is a fact code generation uses: a strided view is
+    another specialization (another kernel), on the fast path's key as on the slow path."""
+    a = [FakeTensor((4096,), ptr=0x7F00_0000_0000 + 0x10000 * i) for i in range(3)]
+    b = [FakeTensor((3000,), ptr=0x7F10_0000_0000 + 0x10000 * i, strides=(2,))
+         for i in range(3)]
+    run(*a, 4096)
+    run(*b, 3000)
+    run(*a, 4096)  # back to the first bucket: a fast-path hit
+    assert fake.loads == 2
+    facts = {dict(s.args)["X"].unit_inner for s in add._cache if dict(s.args)["X"].rank == 1}
+    assert facts == {True, False}
+    assert slots_of(fake.launches[-1], loaded_kernels()[0])[:3] == (a[0].data_ptr(), 4096, 1)
 
 
 def test_a_fact_of_the_specialization_misses(fake: Driver) -> None:

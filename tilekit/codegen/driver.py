@@ -60,8 +60,9 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
     laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
     if should_dump("layout"):
         dump(laid, "layout")
-    lowering = lower_function(laid.kernel, tgt, warps,
-                              {name: True for name in aligned})
+    lowering = lower_function(laid.kernel, tgt, warps, {name: True for name in aligned},
+                              frozenset(getattr(fn, "unit_inner", frozenset())),
+                              frozenset(getattr(fn, "strides16", frozenset())))
     if lowering.scratch_bytes > tgt.max_shared_bytes:
         raise LoweringError(
             f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory for "

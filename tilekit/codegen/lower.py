@@ -61,7 +61,9 @@ class KernelLowering:
     """Lowers one IR function (with layouts) to one LLVM kernel."""
 
     def __init__(self, fn: Function, target: Target, num_warps: int,
-                 aligned16: dict[str, bool] | None = None) -> None:
+                 aligned16: dict[str, bool] | None = None,
+                 unit_inner: frozenset[str] = frozenset(),
+                 strides16: frozenset[str] = frozenset()) -> None:
         from tilekit.codegen import amdgpu, nvptx
 
         self.fn = fn
@@ -70,6 +72,8 @@ class KernelLowering:
         self.warp_size = target.warp_size
         self.threads = num_warps * target.warp_size
         self.aligned16 = aligned16 or {}
+        self.unit_inner = unit_inner
+        self.strides16 = strides16
         self.vendor = nvptx.Vendor() if target.vendor == "nvptx" else amdgpu.Vendor()
         self.module = ir.Module(name=fn.name)
         self.module.triple = target.triple
@@ -117,7 +121,8 @@ class KernelLowering:
             if isinstance(t, TensorType):
                 base = next(params)
                 sizes = [next(params) for _ in range(t.rank)]
-                strides = [next(params) for _ in range(t.rank)]
+                strides = self._strides([next(params) for _ in range(t.rank)], t,
+                                        arg.name_hint or "")
                 self.values[id(arg)] = TensorHandle(arg.name_hint or "tensor", t.dtype, t.index,
                                                     base, sizes, strides)
             else:
@@ -127,6 +132,23 @@ class KernelLowering:
         shift = self.warp_size.bit_length() - 1
         self.lane = self.pb.and_(self.tid, c32(self.warp_size - 1))
         self.warp = self.pb.lshr(self.tid, c32(shift))
+
+    def _strides(self, strides: list[ir.Value], t: TensorType, name: str) -> list[ir.Value]:
+        """The strides as code may assume them (the specialization's bucket facts): the
+        last is 1 under ``unit_inner``; the others are multiples of 16 bytes under
+        ``strides16``, said to LLVM by clearing their low bits (which are zero), so that
+        the alignment of 16-byte vectors folds at compile time."""
+        out = list(strides)
+        if not out:
+            return out
+        ity = ir.IntType(t.index.bits)
+        if name in self.unit_inner:
+            out[-1] = ir.Constant(ity, 1)
+        step = 16 // t.dtype.itemsize if t.dtype.itemsize <= 16 else 1
+        if name in self.strides16 and step > 1:
+            mask = ir.Constant(ity, ~(step - 1))
+            out[:-1] = [self.pb.and_(s_, mask) for s_ in out[:-1]]
+        return out
 
     def finish(self) -> ir.Module:
         self.b.ret_void()
@@ -552,11 +574,13 @@ def _print(L: KernelLowering, op: Operation) -> None:
 
 
 def lower_function(fn: Function, target: Target, num_warps: int,
-                   aligned16: dict[str, bool] | None = None) -> KernelLowering:
+                   aligned16: dict[str, bool] | None = None,
+                   unit_inner: frozenset[str] = frozenset(),
+                   strides16: frozenset[str] = frozenset()) -> KernelLowering:
     """Lower ``fn`` (every tile value has a layout) to an LLVM module."""
     from tilekit.codegen import lower_memory, lower_tiles  # noqa: F401  (register rules)
 
-    lowering = KernelLowering(fn, target, num_warps, aligned16)
+    lowering = KernelLowering(fn, target, num_warps, aligned16, unit_inner, strides16)
     lowering.lower_block(fn.entry)
     lowering.finish()
     return lowering

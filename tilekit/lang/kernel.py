@@ -64,13 +64,29 @@ class Param:
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor argument's facts: its dtype, rank, index width (int32 when its span
-    allows), and whether its data pointer is 16-byte aligned (vector accesses)."""
+    """A tensor argument's facts (its bucket): dtype, rank, index width (int32 when its
+    span allows), whether its data pointer is 16-byte aligned, whether its last dim has
+    unit stride (``unit_inner``), and whether every other stride is a multiple of 16
+    bytes (``strides16``; both computed by ``stride_facts``). Code generation may assume
+    exactly these facts: contiguous, aligned 16-byte vectors along the last dim."""
 
     dtype: DType
     rank: int
     index: DType
     aligned16: bool = True
+    unit_inner: bool = False
+    strides16: bool = False
+
+
+def stride_facts(shape: tuple[int, ...], strides: tuple[int, ...],
+                 itemsize: int) -> tuple[bool, bool]:
+    """``(unit_inner, strides16)`` of a view (strides in elements). A dim of extent 1 has
+    every property (its stride is never multiplied by anything but 0)."""
+    if not shape:
+        return True, True
+    unit = shape[-1] == 1 or strides[-1] == 1
+    aligned = all(n == 1 or (st * itemsize) % 16 == 0 for n, st in zip(shape[:-1], strides[:-1]))
+    return unit, aligned
 
 
 @dataclass(frozen=True)
@@ -173,8 +189,13 @@ class KernelFunction:
             module = self.passes.run(module)
             # The alignment facts, for code generation (vector widths): the names of the
             # tensor arguments whose data pointer is 16-byte aligned. Not part of the IR text.
+            tensors = [(name, arg) for name, arg in spec.args if isinstance(arg, TensorSpec)]
             module.kernel.aligned16 = frozenset(  # type: ignore[attr-defined]
-                name for name, arg in spec.args if isinstance(arg, TensorSpec) and arg.aligned16)
+                name for name, arg in tensors if arg.aligned16)
+            module.kernel.unit_inner = frozenset(  # type: ignore[attr-defined]
+                name for name, arg in tensors if arg.unit_inner)
+            module.kernel.strides16 = frozenset(  # type: ignore[attr-defined]
+                name for name, arg in tensors if arg.strides16)
             self._cache[spec] = module
         return module
 

@@ -61,7 +61,8 @@ MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})
 
 # The facts of a TensorSpec the key and the entries cover. A new field must be added to
 # the key (``_tensor_key``) or to the entry's checks before it may be listed here.
-COVERED_TENSOR_FACTS = frozenset({"dtype", "rank", "index", "aligned16"})
+COVERED_TENSOR_FACTS = frozenset({"dtype", "rank", "index", "aligned16", "unit_inner",
+                                  "strides16"})
 
 _I32 = 2**31 - 1
 
@@ -256,6 +257,14 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool,
             if p.rank:  # the span fits in int32 (torch strides are never negative)
                 span = " + ".join(f"(_tk_n{j}_{a} - 1) * _tk_s{j}_{a}" for a in range(p.rank))
                 key.append(f"{span} < {_I32}")
+                # the stride facts, exactly as lang.kernel.stride_facts computes them
+                last = p.rank - 1
+                key.append(f"_tk_n{j}_{last} == 1 or _tk_s{j}_{last} == 1")
+                if p.rank > 1:
+                    rows = " and ".join(
+                        f"(_tk_n{j}_{a} == 1 or (_tk_s{j}_{a} * {p.name}.element_size()) "
+                        f"& 15 == 0)" for a in range(last))
+                    key.append(f"({rows})")
         elif p.kind == INT:
             key.append(f"-2147483648 <= {p.name} <= 2147483647")
         elif p.kind == CONST:

@@ -40,7 +40,8 @@ def spec_text(spec: Specialization) -> str:
     for name, arg in spec.args:
         if isinstance(arg, TensorSpec):
             parts.append(f"{name}:tensor<{arg.dtype.long},rank={arg.rank},"
-                         f"index={arg.index.long},aligned16={int(arg.aligned16)}>")
+                         f"index={arg.index.long},aligned16={int(arg.aligned16)},"
+                         f"unit_inner={int(arg.unit_inner)},strides16={int(arg.strides16)}>")
         elif isinstance(arg, ScalarSpec):
             parts.append(f"{name}:scalar<{arg.dtype.long}>")
         else:

@@ -39,6 +39,7 @@ from tilekit.lang.kernel import (
     ScalarSpec,
     Specialization,
     TensorSpec,
+    stride_facts,
 )
 from tilekit.rt import interpreter
 from tilekit.rt.arrays import HostArray, is_array, to_host
@@ -84,8 +85,9 @@ def specialize_arguments(
                                   f"{value!r}", loc)
             arr = describe(value, param.name, loc)
             runtime[param.name] = arr
+            unit, rows16 = stride_facts(arr.shape, arr.strides, arr.dtype.itemsize)
             specs.append((param.name, TensorSpec(arr.dtype, len(arr.shape), arr.index_dtype,
-                                                 arr.aligned16)))
+                                                 arr.aligned16, unit, rows16)))
         else:
             if not isinstance(value, _SCALARS):
                 raise LaunchError(f"`{param.name}` is a scalar parameter, got "
