@@ -46,7 +46,11 @@ class Vendor:
         return b.udiv(grid, b.zext(wg, I32))
 
     def barrier(self, b: ir.IRBuilder) -> None:
+        """HIP's ``__syncthreads``: ``s_barrier`` does not order memory by itself (LLVM may
+        move LDS accesses across it), so workgroup fences go around it."""
+        b.fence("release", "workgroup")
         _intrinsic(b, "llvm.amdgcn.s.barrier", ir.VoidType(), [])
+        b.fence("acquire", "workgroup")
 
     def shuffle_xor(self, b: ir.IRBuilder, value: ir.Value, mask: int) -> ir.Value:
         lane = _intrinsic(b, "llvm.amdgcn.mbcnt.hi", I32, [

@@ -50,7 +50,8 @@ class TensorHandle:
     index: DType
     base: ir.Value  # i64 address
     sizes: list[ir.Value]
-    strides: list[ir.Value]
+    strides: list[ir.Value]  # as addresses may assume them (the bucket's facts)
+    raw_strides: list[ir.Value]  # the launch's values (what X.stride(i) returns)
 
     @property
     def index_type(self) -> ir.IntType:
@@ -81,6 +82,9 @@ class KernelLowering:
         self.values: dict[int, Any] = {}
         self.asserts: list[AssertSite] = []
         self.scratch_bytes = 0
+        # A global store or atomic since the last barrier: a later read by another thread
+        # of the program must see it (the interpreter runs a program in order).
+        self.dirty = False
         self.slots: list[ParamSlot] = []
         self._terms: dict[tuple, ir.Value] = {}
         self._build_signature()
@@ -121,10 +125,10 @@ class KernelLowering:
             if isinstance(t, TensorType):
                 base = next(params)
                 sizes = [next(params) for _ in range(t.rank)]
-                strides = self._strides([next(params) for _ in range(t.rank)], t,
-                                        arg.name_hint or "")
+                raw = [next(params) for _ in range(t.rank)]
+                strides = self._strides(raw, t, arg.name_hint or "")
                 self.values[id(arg)] = TensorHandle(arg.name_hint or "tensor", t.dtype, t.index,
-                                                    base, sizes, strides)
+                                                    base, sizes, strides, raw)
             else:
                 self.values[id(arg)] = [S.from_memory(self.pb, next(params), t.dtype)]
         self.status = next(params)
@@ -257,6 +261,16 @@ class KernelLowering:
 
     def barrier(self) -> None:
         self.vendor.barrier(self.b)
+        self.dirty = False
+
+    def before_global_read(self) -> None:
+        """Order this program's earlier global writes before a read: a CTA barrier (it
+        orders global memory among the CTA's threads), only when there were writes."""
+        if self.dirty:
+            self.barrier()
+
+    def after_global_write(self) -> None:
+        self.dirty = True
 
     def stage(self, lay: TileLayout, dtype: DType, regs: Sequence[ir.Value],
               index_of=None) -> None:
@@ -391,7 +405,7 @@ def _num_programs(L: KernelLowering, op: Operation) -> None:
 @rule("dim", "stride")
 def _tensor_meta(L: KernelLowering, op: Operation) -> None:
     t = L.tensor(op.operands[0])
-    source = t.sizes if op.name == "dim" else t.strides
+    source = t.sizes if op.name == "dim" else t.raw_strides
     L.define(op.result, [source[op.attrs["axis"]]])
 
 
@@ -456,20 +470,28 @@ def _for(L: KernelLowering, op: Operation) -> None:
     b = L.b
     lo, hi, step = (L.regs(op.operand(s))[0] for s in ("lo", "hi", "step"))
     ity = lo.type
+    signed = op.operand("lo").type.dtype.is_signed
+    # The induction variable runs in 64 bits (the interpreter's are Python ints): a 32-bit
+    # `iv + step` past 2^31 - 1 must end the loop, not wrap to a negative index.
+    wide = ir.IntType(64)
     zero = ir.Constant(ity, 0)
     step_op = getattr(op.operand("step"), "owner", None)
     if step_op is None or step_op.name != "constant":  # a literal step is never 0
         L.report(b.icmp_signed("==", step, zero), "loop step is 0", op.loc)
     inits = [L.regs(v) for v in op.variadic("inits")]
     body = op.regions[0].block
-    entry = b.block
     header = L.func.append_basic_block("loop")
     body_bb = L.func.append_basic_block("loop_body")
     exit_bb = L.func.append_basic_block("loop_exit")
+    writes = _writes(body)
+    if writes:
+        L.dirty = True  # the previous iteration's writes (conservatively, also before it)
+    lo_w, hi_w, step_w = (_widen_iv(b, v, wide, signed) for v in (lo, hi, step))
+    entry = b.block
     b.branch(header)
     b.position_at_end(header)
-    iv = b.phi(ity)
-    iv.add_incoming(lo, entry)
+    iv = b.phi(wide)
+    iv.add_incoming(lo_w, entry)
     phis = []
     for regs in inits:
         row = []
@@ -478,23 +500,42 @@ def _for(L: KernelLowering, op: Operation) -> None:
             p.add_incoming(v, entry)
             row.append(p)
         phis.append(row)
-    up = b.and_(b.icmp_signed(">", step, zero), b.icmp_signed("<", iv, hi))
-    down = b.and_(b.icmp_signed("<", step, zero), b.icmp_signed(">", iv, hi))
+    zero_w = ir.Constant(wide, 0)
+    if signed:
+        up = b.and_(b.icmp_signed(">", step_w, zero_w), b.icmp_signed("<", iv, hi_w))
+        down = b.and_(b.icmp_signed("<", step_w, zero_w), b.icmp_signed(">", iv, hi_w))
+    else:  # an unsigned step is never negative
+        up = b.and_(b.icmp_unsigned(">", step_w, zero_w), b.icmp_unsigned("<", iv, hi_w))
+        down = ir.Constant(I1, 0)
     b.cbranch(b.or_(up, down), body_bb, exit_bb)
     b.position_at_end(body_bb)
-    L.values[id(body.args[0])] = [iv]
+    L.values[id(body.args[0])] = [b.trunc(iv, ity) if ity.width < 64 else iv]
     for arg, row in zip(body.args[1:], phis):
         L.values[id(arg)] = list(row)
     yielded = L.lower_block(body)
     latch = b.block
-    iv.add_incoming(b.add(iv, step), latch)
+    iv.add_incoming(b.add(iv, step_w), latch)
     for row, new in zip(phis, yielded):
         for p, v in zip(row, new):
             p.add_incoming(v, latch)
     b.branch(header)
     b.position_at_end(exit_bb)
+    if writes:
+        L.dirty = True
     for res, row in zip(op.results, phis):
         L.values[id(res)] = list(row)
+
+
+def _widen_iv(b: ir.IRBuilder, v: ir.Value, wide: ir.IntType, signed: bool) -> ir.Value:
+    if v.type.width == wide.width:
+        return v
+    return b.sext(v, wide) if signed else b.zext(v, wide)
+
+
+def _writes(block: Block) -> bool:
+    """Whether a block (or anything nested in it) writes global memory."""
+    return any(o.name in ("store", "tile_store", "atomic") for top in block.ops
+               for o in top.walk())
 
 
 @rule("when")
@@ -507,7 +548,9 @@ def _when(L: KernelLowering, op: Operation) -> None:
     merge = L.func.append_basic_block("when_end")
     b.cbranch(cond, then_bb, merge)
     b.position_at_end(then_bb)
+    dirty = L.dirty
     yielded = L.lower_block(op.regions[0].block)
+    L.dirty = L.dirty or dirty  # the branch may not have run: keep what was pending
     then_end = b.block
     b.branch(merge)
     b.position_at_end(merge)

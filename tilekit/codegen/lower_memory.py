@@ -229,6 +229,7 @@ def _load(L: KernelLowering, op: Operation) -> None:
     else:
         others = [S.constant(t.dtype, 0)] * lay.num_regs
     preds = [mask[r] if mask else None for r in range(lay.num_regs)]
+    L.before_global_read()
     L.define(op.result, gather(L, t, lay, offsets, preds, others, signed))
 
 
@@ -241,6 +242,7 @@ def _store(L: KernelLowering, op: Operation) -> None:
     mask = L.regs(op.operand("mask")) if op.operand("mask") is not None else None
     preds = [_and(L, L.owned(lay, r), mask[r] if mask else None) for r in range(lay.num_regs)]
     scatter(L, t, lay, L.regs(offs_v), L.regs(value), preds, dtype_of(offs_v).is_signed)
+    L.after_global_write()
 
 
 _RMW_INT = {AtomicKind.ADD: ("add", "add"), AtomicKind.MAX: ("max", "umax"),
@@ -293,6 +295,7 @@ def _atomic(L: KernelLowering, op: Operation) -> None:
     mask = L.regs(op.operand("mask")) if op.operand("mask") is not None else None
     kind = op.attrs["kind"]
     dt = t.dtype
+    L.before_global_read()
     olds = []
     owners = []
     for r in range(lay.num_regs):
@@ -313,6 +316,7 @@ def _atomic(L: KernelLowering, op: Operation) -> None:
             L.if_then_store(owners[r], lambda v=v, ptr=ptr: b.store(v, ptr))
         L.barrier()
         olds = L.unstage(lay, dt)
+    L.after_global_write()
     L.define(op.result, olds)
 
 
@@ -352,6 +356,7 @@ def _tile_load(L: KernelLowering, op: Operation) -> None:
     lay = layout_of(op.result)
     t, offsets, inside = _tile_addressing(L, op, lay)
     pad = S.constant(t.dtype, op.attrs.get("padding", 0))
+    L.before_global_read()
     L.define(op.result, gather(L, t, lay, offsets, inside, [pad] * lay.num_regs,
                                interval=True))
 
@@ -363,6 +368,7 @@ def _tile_store(L: KernelLowering, op: Operation) -> None:
     t, offsets, inside = _tile_addressing(L, op, lay)
     preds = [_and(L, L.owned(lay, r), inside[r]) for r in range(lay.num_regs)]
     scatter(L, t, lay, offsets, L.regs(value), preds, interval=True)
+    L.after_global_write()
 
 
 __all__: list[Callable] = []

@@ -356,8 +356,14 @@ def _reduce(L: KernelLowering, op: Operation) -> None:
     bit = 1
     while bit < lane_t.mod:
         mask = lane_t.div * bit
+        # Both partners combine (lower lane's, higher lane's), in that order, so that every
+        # replica ends with the same bits (a max of +0 and -0, NaN payloads).
+        lower = b.icmp_unsigned("==", b.and_(L.lane, c32(mask)), c32(0))
         for key, acc in partial.items():
-            partial[key] = comb(acc, tuple(shuffle_xor(L, v, mask) for v in acc))
+            other = tuple(shuffle_xor(L, v, mask) for v in acc)
+            first = tuple(b.select(lower, mine, theirs) for mine, theirs in zip(acc, other))
+            second = tuple(b.select(lower, theirs, mine) for mine, theirs in zip(acc, other))
+            partial[key] = comb(first, second)
         bit *= 2
     # 3. across the warps that hold the axis, through shared memory
     warp_t = src.dims[axis].warp
