@@ -41,8 +41,19 @@ def available() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1)
 def version() -> str | None:
-    """nvJitLink's version ``"major.minor"``, or None when it is not available."""
+    """nvJitLink's version ``"major.minor"``, or None when it is not available. Read from
+    the wheel's metadata when it is installed as one, so that a cache key (a warm start)
+    does not load the 50 MB library."""
+    from importlib import metadata
+
+    try:
+        full = metadata.version("nvidia-nvjitlink")
+        major, minor = full.split(".")[:2]
+        return f"{int(major)}.{int(minor)}"
+    except (metadata.PackageNotFoundError, ValueError):
+        pass
     try:
         major, minor = _nvjitlink().version()
     except LinkerUnavailable:
