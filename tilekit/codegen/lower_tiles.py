@@ -427,8 +427,11 @@ def _across_warps(L, op, comb, src, dst, order, partial, warp_t):
 
 @rule("scan")
 def _scan(L: KernelLowering, op: Operation) -> None:
-    """Inclusive scan along an axis: the tile is staged in the accumulation type; each
-    register folds the elements before it along the axis (a loop per register)."""
+    """Inclusive scan along an axis, all threads together: the tile is staged in shared
+    memory (accumulation type), then ``ceil(log2(extent))`` Hillis-Steele steps between
+    two buffers (element ``i`` combines with the one ``d`` before it along the axis;
+    each thread takes every ``threads``-th element), then each register reads its
+    element back: O(numel * log(extent) / threads) work per thread."""
     b = L.b
     x = op.operand("x")
     lay = layout_of(x)
@@ -437,33 +440,50 @@ def _scan(L: KernelLowering, op: Operation) -> None:
     acc_t = S.accumulation_dtype(dt)
     kind = op.attrs["kind"]
     regs = [S.cast(b, dt, acc_t, v) if acc_t is not dt else v for v in L.regs(x)]
-    L.stage(lay, acc_t, regs)
     mem = S.memory_type(acc_t)
     size = max(1, acc_t.itemsize)
+    n = _numel(lay.shape)
+    extent = lay.shape[axis]
     step = _numel(lay.shape[axis + 1:])
-    out = []
-    for r in range(lay.num_regs):
-        flat = L.flat_index(lay, r)
-        c = L.coord(lay, r, axis)
-        start = b.sub(flat, b.mul(c, c32(step)))
+    plane = -(-n * size // 16) * 16
+    L.stage(lay, acc_t, regs)  # into buffer 0, between barriers
+    L.need_scratch(2 * plane)
+    per_thread = -(-n // L.threads)
+    src, d = 0, 1
+    while d < extent:
+        dst = plane - src
         entry = b.block
-        loop = L.func.append_basic_block("scan")
-        done = L.func.append_basic_block("scan_end")
+        loop = L.func.append_basic_block("scan_step")
+        done = L.func.append_basic_block("scan_step_end")
         b.branch(loop)
         b.position_at_end(loop)
-        k = b.phi(I32)
-        k.add_incoming(c32(0), entry)
-        acc = b.phi(regs[r].type)
-        acc.add_incoming(_identity(kind, acc_t), entry)
-        idx = b.add(start, b.mul(k, c32(step)))
-        v = S.from_memory(b, b.load(L.smem_ptr(b.mul(idx, c32(size)), mem)), acc_t)
-        new = S.combine(b, L.math, kind, dt, acc, v)
-        nxt = b.add(k, c32(1))
-        k.add_incoming(nxt, b.block)
-        acc.add_incoming(new, b.block)
-        b.cbranch(b.icmp_signed("<=", nxt, c), loop, done)
+        j = b.phi(I32)
+        j.add_incoming(c32(0), entry)
+        e = b.add(L.tid, b.mul(j, c32(L.threads)))
+        with b.if_then(b.icmp_unsigned("<", e, c32(n))):
+            v = S.from_memory(b, b.load(L.smem_ptr(b.add(c32(src), b.mul(e, c32(size))),
+                                                   mem)), acc_t)
+            pos = b.urem(b.udiv(e, c32(step)), c32(extent)) if step > 1 or extent < n \
+                else e
+            has = b.icmp_unsigned(">=", pos, c32(d))
+            before = b.select(has, b.sub(e, c32(d * step)), e)
+            w = S.from_memory(b, b.load(L.smem_ptr(b.add(c32(src), b.mul(before, c32(size))),
+                                                   mem)), acc_t)
+            v = b.select(has, S.combine(b, L.math, kind, dt, w, v), v)
+            b.store(S.to_memory(b, v, acc_t), L.smem_ptr(b.add(c32(dst), b.mul(e, c32(size))),
+                                                          mem))
+        nxt = b.add(j, c32(1))
+        j.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_unsigned("<", nxt, c32(per_thread)), loop, done)
         b.position_at_end(done)
-        out.append(S.cast(b, acc_t, dt, new) if acc_t is not dt else new)
+        L.barrier()
+        src, d = dst, d * 2
+    out = []
+    for r in range(lay.num_regs):
+        idx = L.flat_index(lay, r)
+        v = S.from_memory(b, b.load(L.smem_ptr(b.add(c32(src), b.mul(idx, c32(size))), mem)),
+                          acc_t)
+        out.append(S.cast(b, acc_t, dt, v) if acc_t is not dt else v)
     L.define(op.result, out)
 
 
