@@ -2,8 +2,10 @@
 # The GPU leg in one device call: install carried wheels (.whl/, e.g. islpy), print the
 # toolchain, run every `gpu`-marked test (the differential suite and the examples on the
 # cuda backend, runtime interop, device ulps), rerun one failure per test function with
-# tracebacks, then the benches named in $BENCH.
-# Usage on the device: bash bench/gpu_check.sh [pytest -k expression]
+# tracebacks, then the benches named in $BENCH (script names; `name.py:--quick` passes an
+# option). Usage on the device: bash bench/gpu_check.sh [pytest -k expression]
+# Environment: TEST_PATHS (default tests), RERUN_ONLY (a file of node ids: skip the full
+# run), RERUN/ELINES (how many failures to rerun and show), TEST_TIMEOUT, PER_TEST.
 set -uo pipefail
 OUT=${OUT:-/tmp/tk_out}
 mkdir -p "$OUT"
@@ -49,4 +51,7 @@ if [ -s "$OUT/rerun.txt" ]; then
   grep -E "^E  |^(tests|tilekit|examples)/.*:[0-9]+: |^_{3,} " "$OUT/rerun.log" | \
     cut -c1-220 | head -${ELINES:-150}
 fi
-for b in ${BENCH:-}; do python3 "bench/$b" --out "$OUT" 2>&1 | tail -40; done
+for b in ${BENCH:-}; do
+  script=${b%%:*}; opts=""; [ "$script" != "$b" ] && opts=${b#*:}
+  python3 "bench/$script" $opts --out "$OUT" 2>&1 | tail -40
+done
