@@ -414,7 +414,11 @@ def test_libdevice_functions_compile_to_ptx() -> None:
     b.store(y, fn.args[1])
     b.ret_void()
     assert {"__nv_expf", "__nv_erf", "__nv_powf", "__nv_fmodf"} <= math.used
-    ptx = libdevice.compile_ptx(str(m), "sm_90a", math.used)
+    from tilekit.codegen.driver import emit_binary
+    from tilekit.codegen.target import get_target
+
+    binary, _, _ = emit_binary(str(m), get_target("sm_90a"), "k", bool(math.used))
+    ptx = binary.decode()
     assert ".entry k" in ptx or ".visible .entry k" in ptx
     assert "__nv_" not in ptx and "__nvvm_reflect" not in ptx
     called = set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\),\s*)?(\w+)", ptx))

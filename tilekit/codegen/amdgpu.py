@@ -26,7 +26,6 @@ class Vendor:
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), param_types), name)
         fn.calling_convention = "amdgpu_kernel"
         fn.attributes.add("nounwind")
-        self._threads = threads
         return fn
 
     def thread_id(self, b: ir.IRBuilder) -> ir.Value:

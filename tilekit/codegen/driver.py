@@ -42,11 +42,49 @@ def default_num_warps(module: Module) -> int:
     return 8 if largest >= 8192 else 4
 
 
-def compile_module(module: Module, target: str | Target = "sm_90a",
-                   num_warps: int | None = None) -> CompiledKernel:
+def emit_binary(text: str, tgt: Target, kernel: str, uses_libdevice: bool,
+                loc=None) -> tuple[bytes, str, str]:
+    """LLVM IR text of one kernel -> (PTX text or an AMDGCN object, its kind, the IR that
+    ``TILEKIT_DUMP=llvm`` shows): libdevice linked when used, everything but the kernel
+    internalized and the unused dropped, the O3 pipeline, the target's printer."""
     import llvmlite.binding as llvm
 
     from tilekit.codegen import libdevice
+
+    tm = _target_machine(tgt)
+    link = tgt.is_nvidia and uses_libdevice
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.triple = tgt.triple
+        mod.data_layout = str(tm.target_data)
+        if link:
+            libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
+        mod.verify()
+    except RuntimeError as exc:
+        raise LoweringError(f"internal error: LLVM rejected the code for `{kernel}` on "
+                            f"{tgt.name}: {exc}", loc,
+                            hints=["please report this with TILEKIT_DUMP=layout,llvm output"]
+                            ) from None
+    llvm_text = str(mod) if should_dump("llvm") else text
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    if link:
+        # Everything but the kernel internal (libdevice's ~500 functions in one C++ pass,
+        # not one ffi call each), then drop what no one calls before O3 looks at it.
+        internalize = llvm.create_new_module_pass_manager()
+        internalize.add_internalize_pass()
+        internalize.run(mod, pb)
+        mod.get_function(kernel).linkage = llvm.Linkage.external
+        dce = llvm.create_new_module_pass_manager()
+        dce.add_global_dead_code_eliminate_pass()
+        dce.run(mod, pb)
+    pb.getModulePassManager().run(mod, pb)
+    if tgt.is_nvidia:
+        return tm.emit_assembly(mod).encode(), "ptx", llvm_text
+    return tm.emit_object(mod), "elf", llvm_text
+
+
+def compile_module(module: Module, target: str | Target = "sm_90a",
+                   num_warps: int | None = None) -> CompiledKernel:
     from tilekit.codegen.lower import lower_function
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
 
@@ -68,38 +106,8 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
             f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory for "
             f"its layout conversions and reductions; {tgt.name} has {tgt.max_shared_bytes}",
             fn.loc, hints=["use smaller tiles"])
-    text = str(lowering.module)
-    tm = _target_machine(tgt)
-    try:
-        mod = llvm.parse_assembly(text)
-        mod.triple = tgt.triple
-        mod.data_layout = str(tm.target_data)
-        if tgt.is_nvidia and lowering.math.used:
-            libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
-        mod.verify()
-    except RuntimeError as exc:
-        raise LoweringError(f"internal error: LLVM rejected the code for `{fn.name}` on "
-                            f"{tgt.name}: {exc}", fn.loc,
-                            hints=["please report this with TILEKIT_DUMP=layout,llvm output"]
-                            ) from None
-    llvm_text = str(mod) if should_dump("llvm") else text
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(tm, pto)
-    if tgt.is_nvidia and lowering.math.used:
-        # Everything but the kernel internal (libdevice's ~500 functions in one C++ pass,
-        # not one ffi call each), then drop what no one calls before O3 looks at it.
-        internalize = llvm.create_new_module_pass_manager()
-        internalize.add_internalize_pass()
-        internalize.run(mod, pb)
-        mod.get_function(fn.name).linkage = llvm.Linkage.external
-        dce = llvm.create_new_module_pass_manager()
-        dce.add_global_dead_code_eliminate_pass()
-        dce.run(mod, pb)
-    pb.getModulePassManager().run(mod, pb)
-    if tgt.is_nvidia:
-        binary, kind = tm.emit_assembly(mod).encode(), "ptx"
-    else:
-        binary, kind = tm.emit_object(mod), "elf"
+    binary, kind, llvm_text = emit_binary(str(lowering.module), tgt, fn.name,
+                                          bool(lowering.math.used), fn.loc)
     written = tuple(sorted({op.operands[0].name_hint for op in laid.walk()
                             if op.name in ("store", "tile_store", "atomic")
                             and op.operands[0].name_hint}))
