@@ -4,8 +4,8 @@
 ``MathLib.used`` is not empty, internalizes everything but the kernels and optimizes,
 which inlines the few functions used and drops the rest. libdevice asks
 ``__nvvm_reflect("__CUDA_FTZ")``; the module flag ``nvvm-reflect-ftz = 0`` (set by
-``nvptx.Vendor.kernel_function``) answers it (no flush to zero) and LLVM's NVVMReflect pass, part of the NVPTX O1+
-pipeline, folds the calls away.
+``nvptx.Vendor.kernel_function``) answers it (no flush to zero) and LLVM's NVVMReflect
+pass, part of the NVPTX O1+ pipeline, folds the calls away.
 
 Search order for the bitcode: ``TILEKIT_LIBDEVICE`` (a file), ``cuda.pathfinder``, the
 ``nvidia-nvvm``/``nvidia-cuda-nvcc`` wheels, ``$CUDA_HOME``/``$CUDA_PATH``, then
