@@ -16,7 +16,8 @@ the op and the user's line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,10 +315,36 @@ class KernelLowering:
         with self.b.if_then(pred):
             value = load()
             then_block = self.b.block
-        phi = self.b.phi(value.type)
-        phi.add_incoming(value, then_block)
-        phi.add_incoming(other, before)
-        return phi
+        return self.merge([value], then_block, [other], before)[0]
+
+    def merge(self, a: Sequence[ir.Value], a_block: ir.Block, b: Sequence[ir.Value],
+              b_block: ir.Block) -> list[ir.Value]:
+        """Phis at the current block joining ``a`` (from ``a_block``) and ``b``."""
+        out = []
+        for x, y in zip(a, b):
+            phi = self.b.phi(x.type)
+            phi.add_incoming(x, a_block)
+            phi.add_incoming(y, b_block)
+            out.append(phi)
+        return out
+
+    @contextlib.contextmanager
+    def counted_loop(self, count: int, name: str) -> Iterator[tuple[ir.Value, ir.Block]]:
+        """``for j in range(count)`` (count >= 1) as an LLVM loop; yields ``j`` and the block
+        before the loop (for the incoming values of phis the body creates first)."""
+        b = self.b
+        entry = b.block
+        loop = self.func.append_basic_block(name)
+        done = self.func.append_basic_block(name + "_end")
+        b.branch(loop)
+        b.position_at_end(loop)
+        j = b.phi(I32)
+        j.add_incoming(c32(0), entry)
+        yield j, entry
+        nxt = b.add(j, c32(1))
+        j.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_unsigned("<", nxt, c32(count)), loop, done)
+        b.position_at_end(done)
 
     # --- errors reported through the status word ---------------------------------------------
 
@@ -555,13 +582,7 @@ def _when(L: KernelLowering, op: Operation) -> None:
     b.branch(merge)
     b.position_at_end(merge)
     for res, old, new in zip(op.results, inits, yielded):
-        row = []
-        for o, n in zip(old, new):
-            p = b.phi(o.type)
-            p.add_incoming(n, then_end)
-            p.add_incoming(o, entry)
-            row.append(p)
-        L.values[id(res)] = row
+        L.values[id(res)] = L.merge(new, then_end, old, entry)
 
 
 # --- rules: debugging effects -----------------------------------------------------------------

@@ -121,13 +121,7 @@ def _two_paths(L: KernelLowering, fast: ir.Value | None, vector_path, scalar_pat
         with scalar:
             slow_vals = scalar_path()
             slow_end = b.block
-    out = []
-    for f, v in zip(fast_vals, slow_vals):
-        phi = b.phi(f.type)
-        phi.add_incoming(f, fast_end)
-        phi.add_incoming(v, slow_end)
-        out.append(phi)
-    return out
+    return L.merge(fast_vals, fast_end, slow_vals, slow_end)
 
 
 def gather(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequence[ir.Value],

@@ -24,6 +24,7 @@ from llvmlite import ir
 
 from tilekit.codegen import scalar_ops as S
 from tilekit.codegen.lower import I32, KernelLowering, c32, dtype_of, layout_of
+from tilekit.codegen.mathlib import intrinsic
 from tilekit.codegen.rules import rule
 from tilekit.errors import LoweringError
 from tilekit.ir.core import Operation
@@ -452,30 +453,20 @@ def _scan(L: KernelLowering, op: Operation) -> None:
     src, d = 0, 1
     while d < extent:
         dst = plane - src
-        entry = b.block
-        loop = L.func.append_basic_block("scan_step")
-        done = L.func.append_basic_block("scan_step_end")
-        b.branch(loop)
-        b.position_at_end(loop)
-        j = b.phi(I32)
-        j.add_incoming(c32(0), entry)
-        e = b.add(L.tid, b.mul(j, c32(L.threads)))
-        with b.if_then(b.icmp_unsigned("<", e, c32(n))):
-            v = S.from_memory(b, b.load(L.smem_ptr(b.add(c32(src), b.mul(e, c32(size))),
-                                                   mem)), acc_t)
-            pos = b.urem(b.udiv(e, c32(step)), c32(extent)) if step > 1 or extent < n \
-                else e
-            has = b.icmp_unsigned(">=", pos, c32(d))
-            before = b.select(has, b.sub(e, c32(d * step)), e)
-            w = S.from_memory(b, b.load(L.smem_ptr(b.add(c32(src), b.mul(before, c32(size))),
-                                                   mem)), acc_t)
-            v = b.select(has, S.combine(b, L.math, kind, dt, w, v), v)
-            b.store(S.to_memory(b, v, acc_t), L.smem_ptr(b.add(c32(dst), b.mul(e, c32(size))),
-                                                          mem))
-        nxt = b.add(j, c32(1))
-        j.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_unsigned("<", nxt, c32(per_thread)), loop, done)
-        b.position_at_end(done)
+        with L.counted_loop(per_thread, "scan_step") as (j, _):
+            e = b.add(L.tid, b.mul(j, c32(L.threads)))
+            with b.if_then(b.icmp_unsigned("<", e, c32(n))):
+                v = S.from_memory(b, b.load(L.smem_ptr(b.add(c32(src), b.mul(e, c32(size))),
+                                                       mem)), acc_t)
+                pos = b.urem(b.udiv(e, c32(step)), c32(extent)) if step > 1 or extent < n \
+                    else e
+                has = b.icmp_unsigned(">=", pos, c32(d))
+                before = b.select(has, b.sub(e, c32(d * step)), e)
+                w = S.from_memory(b, b.load(L.smem_ptr(
+                    b.add(c32(src), b.mul(before, c32(size))), mem)), acc_t)
+                v = b.select(has, S.combine(b, L.math, kind, dt, w, v), v)
+                b.store(S.to_memory(b, v, acc_t),
+                        L.smem_ptr(b.add(c32(dst), b.mul(e, c32(size))), mem))
         L.barrier()
         src, d = dst, d * 2
     out = []
@@ -525,44 +516,32 @@ def _dot(L: KernelLowering, op: Operation) -> None:
     cols = {lc.dims[1].offsets[r]: r for r in range(lc.num_regs)}
     row_c = {o: L.coord(lc, r, 0) for o, r in rows.items()}
     col_c = {o: L.coord(lc, r, 1) for o, r in cols.items()}
-    entry = b.block
-    loop = L.func.append_basic_block("dot_k")
-    done = L.func.append_basic_block("dot_end")
-    b.branch(loop)
-    b.position_at_end(loop)
-    kk = b.phi(I32)
-    kk.add_incoming(c32(0), entry)
-    phis = []
-    for v in accs:
-        p = b.phi(v.type)
-        p.add_incoming(v, entry)
-        phis.append(p)
-    a_vals = {}
-    for o, m in row_c.items():
-        idx = b.add(b.mul(m, c32(k_)), kk)
-        a_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(b.mul(idx, c32(isz)), mem)),
-                                            in_t, ), in_t, compute)
-    b_vals = {}
-    for o, n in col_c.items():
-        idx = b.add(b.mul(kk, c32(n_)), n)
-        b_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(
-            b.add(c32(a_bytes), b.mul(idx, c32(isz))), mem)), in_t), in_t, compute)
-    new = []
-    for r, p in enumerate(phis):
-        x = a_vals[lc.dims[0].offsets[r]]
-        y = b_vals[lc.dims[1].offsets[r]]
-        if compute.is_float:
-            from tilekit.codegen.mathlib import intrinsic
-
-            new.append(intrinsic(b, "fma", x, y, p))
-        else:
-            new.append(b.add(p, b.mul(x, y)))
-    nxt = b.add(kk, c32(1))
-    kk.add_incoming(nxt, b.block)
-    for p, v in zip(phis, new):
-        p.add_incoming(v, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, c32(k_)), loop, done)
-    b.position_at_end(done)
+    with L.counted_loop(k_, "dot_k") as (kk, entry):
+        phis = []
+        for v in accs:
+            p = b.phi(v.type)
+            p.add_incoming(v, entry)
+            phis.append(p)
+        a_vals = {}
+        for o, m in row_c.items():
+            idx = b.add(b.mul(m, c32(k_)), kk)
+            a_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(b.mul(idx, c32(isz)),
+                                                                     mem)), in_t), in_t, compute)
+        b_vals = {}
+        for o, n in col_c.items():
+            idx = b.add(b.mul(kk, c32(n_)), n)
+            b_vals[o] = _widen(b, S.from_memory(b, b.load(L.smem_ptr(
+                b.add(c32(a_bytes), b.mul(idx, c32(isz))), mem)), in_t), in_t, compute)
+        new = []
+        for r, p in enumerate(phis):
+            x = a_vals[lc.dims[0].offsets[r]]
+            y = b_vals[lc.dims[1].offsets[r]]
+            if compute.is_float:
+                new.append(intrinsic(b, "fma", x, y, p))
+            else:
+                new.append(b.add(p, b.mul(x, y)))
+        for p, v in zip(phis, new):
+            p.add_incoming(v, b.block)
     L.define(op.result, [S.cast(b, compute, acc_t, v) if compute is not acc_t else v
                          for v in new])
 
