@@ -244,6 +244,8 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool,
             strides = [f"_tk_s{j}_{a}" for a in range(p.rank)]
             b(f"{', '.join(sizes)}, = {p.name}.shape")
             b(f"{', '.join(strides)}, = {p.name}.stride()")
+            if p.rank > 1:  # once per tensor, for the 16-byte row-stride fact
+                b(f"_tk_e{j} = {p.name}.element_size()")
         else:
             sizes, strides = [], []
             b(f"if {p.name}.dim(): raise _tk_Miss")
@@ -262,8 +264,8 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool,
                 key.append(f"_tk_n{j}_{last} == 1 or _tk_s{j}_{last} == 1")
                 if p.rank > 1:
                     rows = " and ".join(
-                        f"(_tk_n{j}_{a} == 1 or (_tk_s{j}_{a} * {p.name}.element_size()) "
-                        f"& 15 == 0)" for a in range(last))
+                        f"(_tk_n{j}_{a} == 1 or (_tk_s{j}_{a} * _tk_e{j}) & 15 == 0)"
+                        for a in range(last))
                     key.append(f"({rows})")
         elif p.kind == INT:
             key.append(f"-2147483648 <= {p.name} <= 2147483647")
