@@ -90,7 +90,6 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
 
     tgt = target if isinstance(target, Target) else get_target(target)
     fn = module.kernel
-    aligned = set(getattr(fn, "aligned16", frozenset()))
     warps = num_warps or default_num_warps(module)
     if warps * tgt.warp_size > tgt.max_threads:
         raise LoweringError(f"{warps} warps of {tgt.warp_size} exceed {tgt.max_threads} "
@@ -98,9 +97,9 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
     laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
     if should_dump("layout"):
         dump(laid, "layout")
-    lowering = lower_function(laid.kernel, tgt, warps, {name: True for name in aligned},
-                              frozenset(getattr(fn, "unit_inner", frozenset())),
-                              frozenset(getattr(fn, "strides16", frozenset())))
+    facts = [frozenset(getattr(fn, f, frozenset()))
+             for f in ("aligned16", "unit_inner", "strides16")]
+    lowering = lower_function(laid.kernel, tgt, warps, *facts)
     if lowering.scratch_bytes > tgt.max_shared_bytes:
         raise LoweringError(
             f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory for "

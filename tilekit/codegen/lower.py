@@ -63,7 +63,7 @@ class KernelLowering:
     """Lowers one IR function (with layouts) to one LLVM kernel."""
 
     def __init__(self, fn: Function, target: Target, num_warps: int,
-                 aligned16: dict[str, bool] | None = None,
+                 aligned16: frozenset[str] = frozenset(),
                  unit_inner: frozenset[str] = frozenset(),
                  strides16: frozenset[str] = frozenset()) -> None:
         from tilekit.codegen import amdgpu, nvptx
@@ -73,7 +73,7 @@ class KernelLowering:
         self.num_warps = num_warps
         self.warp_size = target.warp_size
         self.threads = num_warps * target.warp_size
-        self.aligned16 = aligned16 or {}
+        self.aligned16 = aligned16  # the bucket's facts: tensor argument names
         self.unit_inner = unit_inner
         self.strides16 = strides16
         self.vendor = nvptx.Vendor() if target.vendor == "nvptx" else amdgpu.Vendor()
@@ -638,7 +638,7 @@ def _print(L: KernelLowering, op: Operation) -> None:
 
 
 def lower_function(fn: Function, target: Target, num_warps: int,
-                   aligned16: dict[str, bool] | None = None,
+                   aligned16: frozenset[str] = frozenset(),
                    unit_inner: frozenset[str] = frozenset(),
                    strides16: frozenset[str] = frozenset()) -> KernelLowering:
     """Lower ``fn`` (every tile value has a layout) to an LLVM module."""

@@ -72,7 +72,7 @@ def _aligned(L: KernelLowering, t: TensorHandle, first_offset: ir.Value, nbytes:
     """Whether element ``first_offset`` starts an ``nbytes``-aligned vector."""
     b = L.b
     off = _to_i64(b, first_offset, signed)
-    if L.aligned16.get(t.name) and nbytes <= 16:
+    if t.name in L.aligned16 and nbytes <= 16:
         count = nbytes // t.dtype.itemsize
         return b.icmp_unsigned("==", b.and_(off, ir.Constant(I64, count - 1)),
                                ir.Constant(I64, 0))

@@ -162,7 +162,7 @@ class ThreadTerm:
 
     @property
     def span(self) -> int:
-        """The largest value the term takes, plus one step."""
+        """The largest value the term takes."""
         return (self.mod - 1) * self.mult
 
 
