@@ -14,10 +14,11 @@ if TYPE_CHECKING:
     from tilekit.ir.core import Module
 
 
-def compile_module(module: Module, target: str = "sm_90a",
-                   num_warps: int | None = None) -> CompiledKernel:
+def compile_module(module: Module, target: str = "sm_90a", num_warps: int | None = None,
+                   divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
     """Lower a traced, optimized module for ``target`` (``sm_90a``, ``sm_80``, ``gfx942``);
-    ``num_warps`` None lets the driver choose from the tile sizes."""
+    ``num_warps`` None lets the driver choose from the tile sizes; ``divisible`` is the
+    call's size facts (``tilekit.codegen.size_facts``)."""
     from tilekit.codegen.driver import compile_module as _compile
 
-    return _compile(module, target, num_warps)
+    return _compile(module, target, num_warps, divisible)

@@ -84,7 +84,14 @@ def emit_binary(text: str, tgt: Target, kernel: str, uses_libdevice: bool,
 
 
 def compile_module(module: Module, target: str | Target = "sm_90a",
-                   num_warps: int | None = None) -> CompiledKernel:
+                   num_warps: int | None = None,
+                   divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
+    """Lower a traced module to a loadable binary for ``target``.
+
+    The bucket's facts come from the specialization (``fn.aligned16``, ``unit_inner``,
+    ``strides16``, set when it was traced) and from the call (``divisible``: triples
+    ``(tensor, dim, n)`` whose size along ``dim`` is a multiple of ``n``; see
+    ``tilekit.codegen.size_facts``)."""
     from tilekit.codegen.lower import lower_function
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
 
@@ -99,7 +106,7 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         dump(laid, "layout")
     facts = [frozenset(getattr(fn, f, frozenset()))
              for f in ("aligned16", "unit_inner", "strides16")]
-    lowering = lower_function(laid.kernel, tgt, warps, *facts)
+    lowering = lower_function(laid.kernel, tgt, warps, *facts, divisible)
     if lowering.scratch_bytes > tgt.max_shared_bytes:
         raise LoweringError(
             f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory for "

@@ -65,7 +65,8 @@ class KernelLowering:
     def __init__(self, fn: Function, target: Target, num_warps: int,
                  aligned16: frozenset[str] = frozenset(),
                  unit_inner: frozenset[str] = frozenset(),
-                 strides16: frozenset[str] = frozenset()) -> None:
+                 strides16: frozenset[str] = frozenset(),
+                 divisible: frozenset[tuple[str, int, int]] = frozenset()) -> None:
         from tilekit.codegen import amdgpu, nvptx
 
         self.fn = fn
@@ -76,6 +77,9 @@ class KernelLowering:
         self.aligned16 = aligned16  # the bucket's facts: tensor argument names
         self.unit_inner = unit_inner
         self.strides16 = strides16
+        # (tensor, dim, n): the tensor's size along dim is a multiple of n (a tile size of
+        # a tile view on it), so a tile is in bounds along dim when its start is.
+        self.divisible = divisible
         self.vendor = nvptx.Vendor() if target.vendor == "nvptx" else amdgpu.Vendor()
         self.module = ir.Module(name=fn.name)
         self.module.triple = target.triple
@@ -640,11 +644,13 @@ def _print(L: KernelLowering, op: Operation) -> None:
 def lower_function(fn: Function, target: Target, num_warps: int,
                    aligned16: frozenset[str] = frozenset(),
                    unit_inner: frozenset[str] = frozenset(),
-                   strides16: frozenset[str] = frozenset()) -> KernelLowering:
+                   strides16: frozenset[str] = frozenset(),
+                   divisible: frozenset[tuple[str, int, int]] = frozenset()) -> KernelLowering:
     """Lower ``fn`` (every tile value has a layout) to an LLVM module."""
     from tilekit.codegen import lower_memory, lower_tiles  # noqa: F401  (register rules)
 
-    lowering = KernelLowering(fn, target, num_warps, aligned16, unit_inner, strides16)
+    lowering = KernelLowering(fn, target, num_warps, aligned16, unit_inner, strides16,
+                              divisible)
     lowering.lower_block(fn.entry)
     lowering.finish()
     return lowering

@@ -1,0 +1,41 @@
+"""Which size divisibility facts a traced kernel can use: the per-call half of its bucket.
+
+A tile view ``X.tile(shape, index)`` is in bounds along dim ``d`` for every element when
+the tensor's size along ``d`` is a multiple of ``shape[d]`` and the tile's start is in
+bounds: one uniform compare instead of one per register, and no tail. So each tile view
+names candidate facts ``(tensor, dim, n)``; a call computes which of them hold (a modulo
+per fact, on sizes it reads anyway) and those that hold are part of its bucket. Facts no
+tile view can use are never computed, so arguments that differ only in them share code.
+
+Pure IR inspection: importing this module imports no compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from tilekit.ir.core import Module
+
+SizeFact = tuple[str, int, int]  # (tensor argument name, dim, divisor)
+
+
+def candidate_size_facts(module: Module) -> tuple[SizeFact, ...]:
+    """The facts ``(tensor, dim, n)`` the kernel's tile views could use, sorted. Tiles of
+    extent 1 along a dim need none (their one element is the start)."""
+    found: set[SizeFact] = set()
+    for op in module.kernel.walk():
+        if op.name not in ("tile_load", "tile_store"):
+            continue
+        name = op.operands[0].name_hint
+        if not name:
+            continue
+        for dim, n in enumerate(op.attrs["shape"]):
+            if n > 1:
+                found.add((name, dim, n))
+    return tuple(sorted(found))
+
+
+def size_facts_holding(candidates: Sequence[SizeFact],
+                       shapes: Mapping[str, Sequence[int]]) -> frozenset[SizeFact]:
+    """The candidates that hold for tensors of these shapes (name -> sizes)."""
+    return frozenset(f for f in candidates if shapes[f[0]][f[1]] % f[2] == 0)
