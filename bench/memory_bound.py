@@ -38,12 +38,17 @@ def tk_add(X, Y, Out, n, BLOCK: tk.constexpr):
     tk.store(Out, offs, tk.load(X, offs, mask=mask) + tk.load(Y, offs, mask=mask), mask=mask)
 
 
+LOG2E = 1.4426950408889634
+
+
 @tk.kernel
 def tk_softmax(X, Y, N: tk.constexpr):
     row = tk.program_id(0)
     x = X.tile((1, N), (row, 0)).load().to(tk.float32)
-    e = tk.exp(x - tk.max(x, axis=1, keepdims=True))
-    Y.tile((1, N), (row, 0)).store((e / tk.sum(e, axis=1, keepdims=True)).to(Y.dtype))
+    # exp(z) as exp2(z * log2 e), and one reciprocal per row: what Triton's tl.exp and
+    # its division compile to, written out (tk.exp and `/` are the accurate ones).
+    e = tk.exp2((x - tk.max(x, axis=1, keepdims=True)) * LOG2E)
+    Y.tile((1, N), (row, 0)).store((e * (1.0 / tk.sum(e, axis=1, keepdims=True))).to(Y.dtype))
 
 
 @tk.kernel

@@ -318,7 +318,10 @@ def _atomic(L: KernelLowering, op: Operation) -> None:
 
 def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
                      ) -> tuple[TensorHandle, list[ir.Value], list[ir.Value | None]]:
-    """Per register: the element offset (index type) and whether it is inside the tensor."""
+    """Per register: the element offset (index type) and whether it is inside the tensor.
+
+    Along a dim whose size the bucket knows to be a multiple of the tile's extent
+    (``L.divisible``), the tile is inside when its start is: one uniform compare."""
     b = L.b
     t = L.tensor(op.operand("tensor"))
     ity = t.index_type
@@ -328,6 +331,8 @@ def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
         idx = _to_i64(b, L.regs(v)[0], dtype_of(v).is_signed)
         starts.append(b.mul(idx, ir.Constant(I64, n)))
     sizes = [_to_i64(b, s) for s in t.sizes]
+    whole = {d: b.icmp_unsigned("<", starts[d], sizes[d]) for d, n in enumerate(shape)
+             if n == 1 or (t.name, d, n) in L.divisible}
     offsets, inside = [], []
     for r in range(lay.num_regs):
         off = None
@@ -336,7 +341,7 @@ def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
             # Bounds in 64 bits (a tile index far outside must not wrap back inside);
             # the offset itself in the tensor's index type.
             g = b.add(starts[d], b.zext(L.coord(lay, r, d), I64))
-            conds.append(b.icmp_unsigned("<", g, sizes[d]))
+            conds.append(whole[d] if d in whole else b.icmp_unsigned("<", g, sizes[d]))
             gi = g if ity.width == 64 else b.trunc(g, ity)
             term = b.mul(gi, t.strides[d])
             off = term if off is None else b.add(off, term)
@@ -351,8 +356,7 @@ def _tile_load(L: KernelLowering, op: Operation) -> None:
     t, offsets, inside = _tile_addressing(L, op, lay)
     pad = S.constant(t.dtype, op.attrs.get("padding", 0))
     L.before_global_read()
-    L.define(op.result, gather(L, t, lay, offsets, inside, [pad] * lay.num_regs,
-                               interval=True))
+    L.define(op.result, tile_access.tile_gather(L, t, lay, offsets, inside, pad))
 
 
 @rule("tile_store")
@@ -361,8 +365,10 @@ def _tile_store(L: KernelLowering, op: Operation) -> None:
     lay = layout_of(value)
     t, offsets, inside = _tile_addressing(L, op, lay)
     preds = [_and(L, L.owned(lay, r), inside[r]) for r in range(lay.num_regs)]
-    scatter(L, t, lay, offsets, L.regs(value), preds, interval=True)
+    tile_access.tile_scatter(L, t, lay, offsets, L.regs(value), preds)
     L.after_global_write()
 
+
+from tilekit.codegen import tile_access  # noqa: E402  (uses the helpers above)
 
 __all__: list[Callable] = []

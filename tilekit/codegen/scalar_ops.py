@@ -349,7 +349,14 @@ def combine(b: ir.IRBuilder, math: MathLib, kind: ReduceKind, dtype: DType, x: i
     names = {ReduceKind.SUM: "add", ReduceKind.PROD: "mul", ReduceKind.MAX: "maximum",
              ReduceKind.MIN: "minimum", ReduceKind.AND: "and", ReduceKind.OR: "or",
              ReduceKind.XOR: "xor"}
-    return binary(b, math, names[kind], accumulation_dtype(dtype), x, y)
+    acc = accumulation_dtype(dtype)
+    if kind in (ReduceKind.MAX, ReduceKind.MIN) and acc is DType.FLOAT32 \
+            and "nvptx" in b.module.triple:
+        # One ``max.NaN.f32`` (sm_80+) instead of compare, NaN test and select. It differs
+        # from the elementwise rule only on ties of -0.0 and +0.0 (+0.0 is the larger),
+        # where a reduction's order already decides which zero comes out.
+        return intrinsic(b, "maximum" if kind is ReduceKind.MAX else "minimum", x, y)
+    return binary(b, math, names[kind], acc, x, y)
 
 
 __all__ = [

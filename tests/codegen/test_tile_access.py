@@ -1,0 +1,134 @@
+"""Tile-view accesses: core groups, tail groups, misaligned rows (``codegen.tile_access``).
+
+The plan is checked in Python (pieces, the core/tail split of a ragged row's layout); the
+machine code offline, in the SASS: the 4096 x 4097 softmax's core path (rows that are
+not 16-byte aligned) moves its 4096 core elements with unpredicated 128-bit accesses.
+"""
+
+# ruff: noqa: N806  (tensor-like names)
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tilekit.codegen import sass
+from tilekit.codegen.size_facts import candidate_size_facts, size_facts_holding
+from tilekit.layout.tile_layouts import default_blocked
+from tilekit.rt import link
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
+
+needs_cuobjdump = pytest.mark.skipif(
+    not (link.available() and sass.available()),
+    reason="nvJitLink or cuobjdump is not installed (nvidia-nvjitlink, nvidia-cuda-cuobjdump)")
+
+
+@given(st.sampled_from([2, 4, 8, 16]), st.data())
+def test_aligned_pieces_cover_the_run_with_naturally_aligned_accesses(width, data):
+    from tilekit.codegen.tile_access import aligned_pieces
+
+    shift = data.draw(st.integers(0, width - 1))
+    pieces = aligned_pieces(shift, width)
+    assert [p[0] for p in pieces] == list(np.cumsum([0] + [p[1] for p in pieces[:-1]]))
+    assert sum(c for _, c in pieces) == width
+    for first, count in pieces:
+        assert count & (count - 1) == 0
+        assert (shift + first) % count == 0, (shift, pieces)  # aligned to its own size
+    if shift == 0:
+        assert pieces == [(0, width)]
+    # no two neighbours could have been one access
+    for (f0, c0), (_, c1) in zip(pieces, pieces[1:]):
+        assert not (c0 == c1 and (shift + f0) % (2 * c0) == 0)
+
+
+@pytest.mark.parametrize("n,warps,itemsize", [(4097, 4, 4), (4097, 4, 2), (8192, 8, 2),
+                                              (1000, 4, 4), (5, 4, 4), (96, 1, 2)])
+def test_core_groups_are_exactly_the_never_wrapping_vectors(n, warps, itemsize):
+    from tilekit.codegen.tile_access import split_groups
+
+    lay = default_blocked((1, n), warps, 32, itemsize)
+    width = min(16 // itemsize, lay.encoding.size_per_thread[1])
+    groups = [list(range(g, g + width)) for g in range(0, lay.num_regs, width)]
+    core, tail = split_groups(lay, groups)
+    coords, owned = lay.table()
+    seen = []
+    for g in core:
+        for w in range(warps):
+            for lane in range(32):
+                cols = [int(coords[w, lane, r, 1]) for r in g]
+                assert cols == list(range(cols[0], cols[0] + width))  # consecutive
+                assert all(owned[w, lane, r] for r in g)
+                seen.extend(cols)
+    footprint = width * 32 * warps
+    assert sorted(seen) == list(range(n // footprint * footprint))  # each core element once
+    assert sorted(r for g in core + tail for r in g) == list(range(lay.num_regs))
+
+
+def _module(rows, cols, dtype):
+    import softmax
+
+    x = np.zeros((rows, cols), dtype)
+    return softmax.softmax.trace(x, x.copy(), N=cols), {"X": x.shape, "Y": x.shape}
+
+
+_UNPREDICATED = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+((?:LDG|STG)\.E\.128)\b", re.MULTILINE)
+
+
+def _unpredicated_128(module, shapes) -> tuple[int, int]:
+    from tilekit.codegen import compile_module
+
+    divisible = size_facts_holding(candidate_size_facts(module), shapes)
+    compiled = compile_module(module, "sm_90a", divisible=divisible)
+    text = sass.disassemble(link.link_ptx(compiled.binary, "sm_90a"))
+    found = _UNPREDICATED.findall(text)
+    return found.count("LDG.E.128"), found.count("STG.E.128")
+
+
+@needs_cuobjdump
+@pytest.mark.parametrize("dtype,core", [(np.float32, 8), (ml_dtypes.bfloat16, 4)])
+def test_softmax_4096x4097_core_path_has_unpredicated_128_bit_accesses(dtype, core):
+    """Rows of 4097 elements: 16388 (or 8194) bytes, so most rows start off a 16-byte
+    boundary, and the bucket has no 16-byte row fact. Still, each thread's core groups
+    (8 float4 or 4 bf16x8 per row on 4 warps) load and store as unpredicated
+    ``LDG.E.128``/``STG.E.128`` on the aligned rows' path."""
+    module, shapes = _module(4096, 4097, dtype)
+    assert "X" not in module.kernel.strides16
+    loads, stores = _unpredicated_128(module, shapes)
+    assert loads >= core and stores >= core, (loads, stores)
+
+
+@needs_cuobjdump
+def test_aligned_rows_fold_the_shift_away():
+    """With 16-byte rows in the bucket the shift is a constant 0: only the aligned case is
+    left (no 64-bit pieces)."""
+    from tilekit.codegen import compile_module
+
+    module, shapes = _module(64, 8192, np.float32)
+    assert "X" in module.kernel.strides16
+    compiled = compile_module(module, "sm_90a", divisible=size_facts_holding(
+        candidate_size_facts(module), shapes))
+    ops = [i.split()[0] for i in sass.instructions(sass.disassemble(
+        link.link_ptx(compiled.binary, "sm_90a")))]
+    assert "LDG.E.128" in ops and "LDG.E.64" not in ops and "STG.E.64" not in ops
+
+
+def test_divisible_sizes_make_the_bounds_check_uniform():
+    """The size fact (tensor, dim, tile) replaces a compare per register by one per tile."""
+    from tilekit.codegen import compile_module
+
+    module, shapes = _module(64, 4097, np.float32)
+    facts = size_facts_holding(candidate_size_facts(module), shapes)
+    assert facts == {("X", 1, 4097), ("Y", 1, 4097)}
+    plain = compile_module(module, "sm_90a").binary.decode()
+    known = compile_module(module, "sm_90a", divisible=facts).binary.decode()
+    assert known.count("setp") < plain.count("setp")

@@ -1,0 +1,251 @@
+"""Tile-view loads and stores: core vector groups, tail groups, and misaligned rows.
+
+A tile view's registers come in *vector groups* (``lower_memory.vector_groups``: runs of
+registers consecutive along the unit-stride dim). They split, statically, like a ragged
+grid does (``tilekit.layout.tiling.decompose_tiled``):
+
+* **core** groups, whose coordinates never pass the tile's extent: every element is a
+  distinct in-tile element, consecutive in memory when the inner stride is 1. A row of
+  4097 floats on 128 threads of 4 is 8 repeats of core groups (4096 elements) and one
+  repeat of tail groups (the one element left, and the replicas that wrap to the start).
+* **tail** groups, which may wrap: each is checked on its own (vector when its elements
+  are consecutive, aligned and in bounds, else element by element), so a thread holding
+  the tail does not drag its core groups onto the scalar path.
+
+The core groups take one branch per access: when all of them are in bounds, they are
+loaded or stored as vectors, else element by element. A row whose start is not 16-byte
+aligned (row ``r`` of a 4096 x 4097 float32 matrix starts ``r % 4`` elements past a
+16-byte boundary) is not the scalar case: its *shift* (the element address modulo the
+group width) is read once per row of groups and switched on, and each case moves each
+group as a few naturally aligned pieces (shift 2 of a float4: two 8-byte halves; shift 1:
+4, 8, 4 bytes). No byte outside the tile is touched. With the bucket's facts (16-byte
+aligned base, 16-byte row strides) LLVM folds the shift to 0 and only the aligned case
+is left: unpredicated 128-bit accesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from tilekit.codegen import scalar_ops as S
+from tilekit.codegen.lower import I32, I64, KernelLowering, TensorHandle, c32
+from tilekit.codegen.lower_memory import (
+    _contiguous,
+    _fast_condition,
+    _to_i64,
+    _two_paths,
+    element_ptr,
+    vector_groups,
+)
+from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
+
+
+def aligned_pieces(shift: int, width: int) -> list[tuple[int, int]]:
+    """``(first, count)`` pieces of a run of ``width`` elements (a power of two) whose first
+    element address is ``shift`` modulo ``width``: each piece as long as the address
+    alignment allows, so each is one naturally aligned access."""
+    pieces, i = [], 0
+    while i < width:
+        addr = (shift + i) % width
+        count = width
+        while count > 1 and (addr % count or count > width - i):
+            count //= 2
+        pieces.append((i, count))
+        i += count
+    return pieces
+
+
+def split_groups(lay: TileLayout, groups: list[list[int]]) -> tuple[list[list[int]],
+                                                                     list[list[int]]]:
+    """(core, tail): vector groups none of whose registers may wrap past the extent, and
+    the rest (single registers included)."""
+    core, tail = [], []
+    for g in groups:
+        wraps = any(lay.may_wrap(r, d) for r in g for d in range(lay.rank))
+        (tail if wraps or len(g) == 1 else core).append(g)
+    if len({len(g) for g in core}) > 1:  # mixed widths: no shared shift; per group instead
+        return [], groups
+    return core, tail
+
+
+def _shift_classes(lay: TileLayout, core: list[list[int]]) -> list[list[list[int]]]:
+    """Core groups with the same coordinates on every dim but the minor one: one row of a
+    thread's registers, whose groups share the row's shift."""
+    minor = lay.encoding.order[0] if isinstance(lay.encoding, BlockedEncoding) else -1
+    classes: dict[tuple[int, ...], list[list[int]]] = {}
+    for g in core:
+        key = tuple(d.offsets[g[0]] for k, d in enumerate(lay.dims) if k != minor)
+        classes.setdefault(key, []).append(g)
+    return list(classes.values())
+
+
+def _element_shift(L: KernelLowering, t: TensorHandle, offset: ir.Value, width: int
+                   ) -> ir.Value:
+    """The element address of ``offset`` modulo ``width``, as i32."""
+    b = L.b
+    off = _to_i64(b, offset)
+    if t.name not in L.aligned16:
+        elem = b.lshr(t.base, ir.Constant(I64, t.dtype.itemsize.bit_length() - 1))
+        off = b.add(off, elem)
+    return b.trunc(b.and_(off, ir.Constant(I64, width - 1)), I32)
+
+
+def _per_shift(L: KernelLowering, shift: ir.Value, width: int, case, nvalues: int
+               ) -> list[ir.Value]:
+    """``case(k)`` for the run-time ``shift`` == k, k in [0, width): a switch whose arms
+    each return ``nvalues`` values (joined by phis)."""
+    b = L.b
+    done = L.func.append_basic_block("shift_done")
+    arms = [L.func.append_basic_block(f"shift{k}") for k in range(width)]
+    sw = b.switch(shift, arms[0])
+    for k in range(1, width):
+        sw.add_case(c32(k), arms[k])
+    results = []
+    for k, arm in enumerate(arms):
+        b.position_at_end(arm)
+        vals = case(k)
+        results.append((vals, b.block))
+        b.branch(done)
+    b.position_at_end(done)
+    out = []
+    for i in range(nvalues):
+        phi = b.phi(results[0][0][i].type)
+        for vals, blk in results:
+            phi.add_incoming(vals[i], blk)
+        out.append(phi)
+    return out
+
+
+def _piece_ptr(L: KernelLowering, t: TensorHandle, offset: ir.Value, count: int) -> ir.Value:
+    ptr = element_ptr(L, t, offset)
+    if count == 1:
+        return ptr
+    vty = ir.VectorType(S.memory_type(t.dtype), count)
+    return L.b.bitcast(ptr, ir.PointerType(vty, L.vendor.global_addrspace))
+
+
+def _core_condition(L: KernelLowering, t: TensorHandle, classes, offsets, preds
+                    ) -> tuple[ir.Value | None, list[ir.Value]]:
+    """Whether every core group is consecutive, in bounds and (per class) shares its first
+    group's shift; and each class's shift."""
+    b = L.b
+    conds: list[ir.Value | None] = []
+    shifts = []
+    for cls in classes:
+        width = len(cls[0])
+        first = _to_i64(b, offsets[cls[0][0]])
+        for g in cls:
+            conds.append(_contiguous(L, [offsets[r] for r in g]))
+            conds.extend((preds[g[0]], preds[g[-1]]))
+            if g is not cls[0]:
+                delta = b.sub(_to_i64(b, offsets[g[0]]), first)
+                conds.append(b.icmp_unsigned("==", b.and_(delta, ir.Constant(I64, width - 1)),
+                                             ir.Constant(I64, 0)))
+        shifts.append(_element_shift(L, t, offsets[cls[0][0]], width))
+    return L.all_of(conds), shifts
+
+
+def _tail_condition(L, t, group, offsets, preds) -> ir.Value | None:
+    return _fast_condition(L, t, [group], offsets, preds, True, False)
+
+
+def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
+                offsets: Sequence[ir.Value], preds: Sequence[ir.Value | None],
+                pad: ir.Value) -> list[ir.Value]:
+    b = L.b
+    dt = t.dtype
+    out: list[ir.Value] = [None] * len(offsets)  # type: ignore[list-item]
+
+    def scalar(r: int) -> ir.Value:
+        return L.select_load(preds[r], lambda: S.from_memory(
+            b, b.load(element_ptr(L, t, offsets[r])), dt), pad)
+
+    def pieces_of(g: list[int], k: int) -> list[ir.Value]:
+        vals = []
+        for first, count in aligned_pieces(k, len(g)):
+            ptr = _piece_ptr(L, t, offsets[g[first]], count)
+            v = b.load(ptr, align=count * dt.itemsize)
+            if count == 1:
+                vals.append(S.from_memory(b, v, dt))
+            else:
+                vals.extend(S.from_memory(b, b.extract_element(v, c32(i)), dt)
+                            for i in range(count))
+        return vals
+
+    core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
+    if core:
+        classes = _shift_classes(lay, core)
+        fast, shifts = _core_condition(L, t, classes, offsets, preds)
+        order = [r for cls in classes for g in cls for r in g]
+
+        def vector_path() -> list[ir.Value]:
+            vals: list[ir.Value] = []
+            for cls, shift in zip(classes, shifts):
+                n = sum(len(g) for g in cls)
+                vals.extend(_per_shift(L, shift, len(cls[0]), lambda k, cls=cls: [
+                    v for g in cls for v in pieces_of(g, k)], n))
+            return vals
+
+        values = _two_paths(L, fast, vector_path, lambda: [scalar(r) for r in order])
+        for r, v in zip(order, values):
+            out[r] = v
+    for g in tail:
+        if len(g) == 1:
+            out[g[0]] = scalar(g[0])
+            continue
+        values = _two_paths(L, _tail_condition(L, t, g, offsets, preds),
+                            lambda g=g: pieces_of(g, 0), lambda g=g: [scalar(r) for r in g])
+        for r, v in zip(g, values):
+            out[r] = v
+    return out
+
+
+def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
+                 offsets: Sequence[ir.Value], values: Sequence[ir.Value],
+                 preds: Sequence[ir.Value | None]) -> None:
+    b = L.b
+    dt = t.dtype
+
+    def one(r: int) -> None:
+        L.if_then_store(preds[r], lambda: b.store(S.to_memory(b, values[r], dt),
+                                                  element_ptr(L, t, offsets[r])))
+
+    def pieces_of(g: list[int], k: int) -> list[ir.Value]:
+        for first, count in aligned_pieces(k, len(g)):
+            ptr = _piece_ptr(L, t, offsets[g[first]], count)
+            if count == 1:
+                b.store(S.to_memory(b, values[g[first]], dt), ptr, align=dt.itemsize)
+                continue
+            vty = ir.VectorType(S.memory_type(dt), count)
+            v = ir.Constant(vty, None)
+            for i in range(count):
+                v = b.insert_element(v, S.to_memory(b, values[g[first + i]], dt), c32(i))
+            b.store(v, ptr, align=count * dt.itemsize)
+        return []
+
+    def scalars(regs: Sequence[int]) -> list[ir.Value]:
+        for r in regs:
+            one(r)
+        return []
+
+    core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
+    if core:
+        classes = _shift_classes(lay, core)
+        fast, shifts = _core_condition(L, t, classes, offsets, preds)
+
+        def vector_path() -> list[ir.Value]:
+            for cls, shift in zip(classes, shifts):
+                _per_shift(L, shift, len(cls[0]), lambda k, cls=cls: [
+                    v for g in cls for v in pieces_of(g, k)], 0)
+            return []
+
+        _two_paths(L, fast, vector_path,
+                   lambda: scalars([r for cls in classes for g in cls for r in g]))
+    for g in tail:
+        if len(g) == 1:
+            one(g[0])
+            continue
+        _two_paths(L, _tail_condition(L, t, g, offsets, preds),
+                   lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))
