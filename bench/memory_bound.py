@@ -53,23 +53,23 @@ def tk_softmax(X, Y, N: tk.constexpr):
 
 @tk.kernel
 def tk_layer_norm(X, W, B, Y, eps, N: tk.constexpr):
-    # Persistent: each program loads the weights once and walks rows pid, pid + P, ...
-    w = W.tile((N,), (0,)).load().to(tk.float32)[None, :]
-    b = B.tile((N,), (0,)).load().to(tk.float32)[None, :]
-    for row in tk.range(tk.program_id(0), X.size(0), tk.num_programs(0)):
-        x = X.tile((1, N), (row, 0)).load().to(tk.float32)
-        xc = x - tk.sum(x, axis=1, keepdims=True) * (1.0 / N)
-        rstd = tk.rsqrt(tk.sum(xc * xc, axis=1, keepdims=True) * (1.0 / N) + eps)
-        Y.tile((1, N), (row, 0)).store((xc * rstd * w + b).to(Y.dtype))
+    row = tk.program_id(0)
+    x = X.tile((1, N), (row, 0)).load().to(tk.float32)
+    mean = tk.sum(x, axis=1, keepdims=True) / N
+    xc = x - mean
+    rstd = tk.rsqrt(tk.sum(xc * xc, axis=1, keepdims=True) / N + eps)
+    w = W.tile((N,), (0,)).load().to(tk.float32)
+    b = B.tile((N,), (0,)).load().to(tk.float32)
+    Y.tile((1, N), (row, 0)).store((xc * rstd * w[None, :] + b[None, :]).to(Y.dtype))
 
 
 @tk.kernel
 def tk_rms_norm(X, W, Y, eps, N: tk.constexpr):
-    w = W.tile((N,), (0,)).load().to(tk.float32)[None, :]
-    for row in tk.range(tk.program_id(0), X.size(0), tk.num_programs(0)):
-        x = X.tile((1, N), (row, 0)).load().to(tk.float32)
-        rstd = tk.rsqrt(tk.sum(x * x, axis=1, keepdims=True) * (1.0 / N) + eps)
-        Y.tile((1, N), (row, 0)).store((x * rstd * w).to(Y.dtype))
+    row = tk.program_id(0)
+    x = X.tile((1, N), (row, 0)).load().to(tk.float32)
+    rstd = tk.rsqrt(tk.sum(x * x, axis=1, keepdims=True) / N + eps)
+    w = W.tile((N,), (0,)).load().to(tk.float32)
+    Y.tile((1, N), (row, 0)).store((x * rstd * w[None, :]).to(Y.dtype))
 
 
 @tk.kernel
@@ -214,12 +214,6 @@ def main() -> int:
 
     shapes = [(8192, 8192), (4096, 4097)]
     dtypes = [torch.float32, torch.bfloat16]
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-
-    def persistent(M: int, N: int) -> int:
-        """Programs for a persistent row kernel: enough to fill every SM's warp slots."""
-        warps = 8 if N >= 8192 else 4
-        return min(M, sms * (64 // warps))
 
     def row_case(kind, M, N, dt):
         x = (torch.randn(M, N, device=dev) * 2 + 0.5).to(dt)
@@ -236,14 +230,14 @@ def main() -> int:
             nbytes = 2 * M * N * x.element_size()
         elif kind == "layer_norm":
             ref = torch.nn.functional.layer_norm(x64, (N,), w.double(), b.double(), eps)
-            run_tk = lambda y: tk_layer_norm[persistent(M, N)](x, w, b, y, eps, N=N)  # noqa: E731
+            run_tk = lambda y: tk_layer_norm[M](x, w, b, y, eps, N=N)  # noqa: E731
             run_tr = lambda y: T["layer_norm"][(M,)](x, w, b, y, N, N, eps,  # noqa: E731
                                                      BLOCK=triton.next_power_of_2(N), num_warps=8)
             run_torch = lambda: torch.nn.functional.layer_norm(x, (N,), w, b, eps)  # noqa: E731
             nbytes = 2 * M * N * x.element_size() + 2 * N * w.element_size()
         else:
             ref = x64 * torch.rsqrt((x64 * x64).mean(1, keepdim=True) + eps) * w.double()
-            run_tk = lambda y: tk_rms_norm[persistent(M, N)](x, w, y, eps, N=N)  # noqa: E731
+            run_tk = lambda y: tk_rms_norm[M](x, w, y, eps, N=N)  # noqa: E731
             run_tr = lambda y: T["rms_norm"][(M,)](x, w, y, N, N, eps,  # noqa: E731
                                                    BLOCK=triton.next_power_of_2(N), num_warps=8)
             run_torch = lambda: torch.nn.functional.rms_norm(x, (N,), w, eps)  # noqa: E731
