@@ -324,7 +324,6 @@ def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
     (``L.divisible``), the tile is inside when its start is: one uniform compare."""
     b = L.b
     t = L.tensor(op.operand("tensor"))
-    ity = t.index_type
     shape = op.attrs["shape"]
     starts = []
     for v, n in zip(op.variadic("index"), shape):
@@ -333,19 +332,33 @@ def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
     sizes = [_to_i64(b, s) for s in t.sizes]
     whole = {d: b.icmp_unsigned("<", starts[d], sizes[d]) for d, n in enumerate(shape)
              if n == 1 or (t.name, d, n) in L.divisible}
+    # Offsets in 64 bits as (this thread's part) + (the register's constant part) * stride:
+    # with a unit inner stride the register parts are constants, which LLVM folds into
+    # the accesses' immediate offsets (one address register per access, not per vector).
+    strides = [_to_i64(b, s) for s in t.strides]
+    firsts = [b.add(starts[d], b.zext(L.thread_part(lay, d), I64)) for d in range(lay.rank)]
+    base = None
+    for d in range(lay.rank):
+        term = b.mul(firsts[d], strides[d])
+        base = term if base is None else b.add(base, term)
     offsets, inside = [], []
     for r in range(lay.num_regs):
-        off = None
+        wraps = any(lay.may_wrap(r, d) for d in range(lay.rank))
+        off = None if wraps else base
         conds = []
         for d in range(lay.rank):
-            # Bounds in 64 bits (a tile index far outside must not wrap back inside);
-            # the offset itself in the tensor's index type.
-            g = b.add(starts[d], b.zext(L.coord(lay, r, d), I64))
+            # Bounds in 64 bits: a tile index far outside must not wrap back inside.
+            reg_off = lay.dims[d].offsets[r]
+            if wraps:
+                g = b.add(starts[d], b.zext(L.coord(lay, r, d), I64))
+                term = b.mul(g, strides[d])
+                off = term if off is None else b.add(off, term)
+            else:
+                g = b.add(firsts[d], ir.Constant(I64, reg_off)) if reg_off else firsts[d]
+                if reg_off:
+                    off = b.add(off, b.mul(ir.Constant(I64, reg_off), strides[d]))
             conds.append(whole[d] if d in whole else b.icmp_unsigned("<", g, sizes[d]))
-            gi = g if ity.width == 64 else b.trunc(g, ity)
-            term = b.mul(gi, t.strides[d])
-            off = term if off is None else b.add(off, term)
-        offsets.append(off if off is not None else ir.Constant(ity, 0))
+        offsets.append(off if off is not None else ir.Constant(I64, 0))
         inside.append(L.all_of(conds))
     return t, offsets, inside
 
