@@ -125,8 +125,9 @@ def main() -> int:
             Launch(add_one, grid)(x, y, N, BLOCK=BLOCK)
 
     # raw: tilekit's cubin loaded again as its own module, its arguments packed once
-    (spec, device), loaded = next(iter(add_one._loaded.items()))
-    entry = gpu.compile_cached(add_one.specialize(spec), spec, loaded.props.arch)
+    (spec, device, divisible), loaded = next(iter(add_one._loaded.items()))
+    entry = gpu.compile_cached(add_one.specialize(spec), spec, loaded.props.arch,
+                               divisible=divisible)
     image = entry.image or entry.kernel.binary
     function = driver.load_function(image, entry.kernel.name, device, entry.kernel.shared_bytes)
     raw = gpu.LoadedKernel.build(entry.kernel, function, loaded.props, loaded.status_ptr)

@@ -37,8 +37,10 @@ ASSERT_LINE = next(i for i, text in enumerate(inspect.getsourcelines(check_posit
                    if "device_assert" in text) + check_positive.loc.line
 
 
-def fake_compile(module: Module, arch: str) -> CompiledKernel:
-    """What code generation would return for ``add`` (BLOCK=128) or ``check_positive``."""
+def fake_compile(module: Module, arch: str,
+                 divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
+    """What code generation would return for ``add`` (BLOCK=128) or ``check_positive``
+    (for any size facts: the hand-written PTX checks every bound)."""
     fn = module.kernel
     if fn.name == "check_positive":
         return assert_positive_kernel(fn.loc.file, ASSERT_LINE, arch)

@@ -1,18 +1,26 @@
-"""Shape buckets: a specialization holds exactly the facts code generation uses.
+"""Shape buckets: a variant holds exactly the facts code generation uses.
 
 Arguments that differ only in a fact the compiler uses (pointer alignment, unit stride of
-the last dim, 16-byte row strides, index width) get different specializations, and the
-code differs; arguments that differ in nothing it uses (other pointers, sizes, values)
-share one. The key's cost per call is measured by ``bench/dispatch.py``.
+the last dim, 16-byte row strides, index width: the specialization; whether a size is a
+multiple of the tile a tile view takes along it: the size facts) get different variants,
+and the code differs; arguments that differ in nothing it uses (other pointers, sizes that
+no tile view divides, values) share one. The key's cost per call is measured by
+``bench/dispatch.py``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 
 import tilekit as tk
 from tilekit.lang.kernel import TensorSpec, stride_facts
-from tilekit.rt.launcher import specialize_arguments
+from tilekit.rt import gpu
+from tilekit.rt.launcher import Launch, specialize_arguments
+
+from .fake_gpu import Driver, FakeTensor, use_fake_gpu
 
 
 @tk.kernel
@@ -69,3 +77,99 @@ def test_stride_facts_of_degenerate_views():
     assert stride_facts((1, 5), (7, 1), 4) == (True, True)  # a size-1 dim's stride is free
     assert stride_facts((3, 1), (5, 9), 4) == (True, False)
     assert stride_facts((3, 4), (0, 1), 2) == (True, True)  # broadcast rows
+
+
+# --- size facts: which sizes are multiples of a tile view's tile --------------------------
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Any:  # type: ignore[misc]
+    """The fake GPU (``fake_gpu``), with every slow-path launch recorded in ``slow``."""
+    drv = use_fake_gpu(monkeypatch)
+    drv.slow = []  # type: ignore[attr-defined]
+    real = Launch._launch
+
+    def slow(self: Launch, args: Any, kwargs: Any) -> None:
+        drv.slow.append(args)  # type: ignore[attr-defined]
+        real(self, args, kwargs)
+
+    monkeypatch.setattr(Launch, "_launch", slow)
+    rows._loaded.clear()
+    yield drv
+    rows._loaded.clear()
+
+
+def matrix(rows_: int, cols: int, row_stride: int = 128, at: int = 0) -> FakeTensor:
+    return FakeTensor((rows_, cols), strides=(row_stride, 1), ptr=0x7F00_0000_0000 + at)
+
+
+def test_size_candidates_are_the_tile_views_extents():
+    spec = spec_of(np.zeros((8, 64), np.float32), np.zeros((8, 64), np.float32), n=64)
+    assert rows.size_candidates(spec) == (("X", 1, 64), ("Y", 1, 64))  # not dim 0: extent 1
+
+
+def test_differing_only_in_a_used_size_fact_is_another_variant(fake: Driver) -> None:
+    """Rows of 64 and of 65 columns (the same row stride: the same specialization) under
+    a (1, 64) tile: whether the tile is in bounds along the columns is a fact of the call,
+    so each gets its own kernel, on the slow path and on the fast path's key."""
+    x64, y64 = matrix(8, 64), matrix(8, 64, at=0x10000)
+    x65, y65 = matrix(8, 65), matrix(8, 65, at=0x10000)
+    rows[8](x64, y64, N=64)
+    rows[8](x65, y65, N=64)
+    assert fake.loads == 2 and len(fake.slow) == 2
+    first, second = fake.variants
+    assert first.spec == second.spec and first.device == second.device
+    assert first.divisible == {("X", 1, 64), ("Y", 1, 64)} and second.divisible == set()
+    for x, y, variant in ((x64, y64, first), (x65, y65, second), (x64, y64, first)):
+        rows[8](x, y, N=64)  # fast-path hits, each of its own variant's kernel
+        assert fake.launches[-1]["params"] == rows._loaded[variant].params_ptr
+    assert fake.loads == 2 and len(fake.slow) == 2
+    rows[8](matrix(8, 64), matrix(8, 65, at=0x10000), N=64)  # one fact of the two holds
+    assert fake.variants[-1].divisible == {("X", 1, 64)} and len(fake.slow) == 3
+
+
+def test_sizes_no_tile_view_divides_share_a_variant(fake: Driver) -> None:
+    """8 rows or 100 under a (1, 64) tile: no tile view has a tile of more than one row,
+    so the number of rows is in no fact, and both calls launch one kernel."""
+    rows[8](matrix(8, 64), matrix(8, 64, at=0x10000), N=64)
+    rows[100](matrix(100, 64), matrix(100, 64, at=0x10000), N=64)
+    assert fake.loads == 1 and len(fake.slow) == 1  # the second call hit the fast path
+    assert fake.launches[-1]["grid"] == (100, 1, 1)
+
+
+def test_a_new_tile_size_widens_the_fast_paths_key(fake: Driver) -> None:
+    """Another constexpr traces other tile views (other candidate facts): the fast path's
+    key grows to cover them, and the variants of both tile sizes keep hitting."""
+    a, b = matrix(8, 64), matrix(8, 64, at=0x10000)
+    rows[8](a, b, N=64)
+    rows[8](a, b, N=32)  # a (1, 32) tile: new candidates
+    dispatcher = next(iter(rows._loaded.fast.values()))
+    assert set(dispatcher.facts) == {("X", 1, 64), ("Y", 1, 64), ("X", 1, 32), ("Y", 1, 32)}
+    for n in (64, 32, 64, 32):
+        rows[8](a, b, N=n)
+    assert fake.loads == 2 and len(fake.slow) == 3  # one more miss: the key was regenerated
+
+
+def test_the_size_facts_are_in_the_disk_cache_key():
+    x = np.zeros((8, 64), np.float32)
+    module = rows.trace(x, x.copy(), N=64)
+    spec = spec_of(x, x.copy(), n=64)
+    facts = frozenset(rows.size_candidates(spec))
+    keys = {gpu.cache_key(module, spec, "sm_90a", d).digest
+            for d in (frozenset(), facts, frozenset({("X", 1, 64)}))}
+    assert len(keys) == 3
+    assert "divisible=X:1:64,Y:1:64" in gpu.cache_key(module, spec, "sm_90a", facts).text
+
+
+def test_the_compiler_uses_the_size_facts():
+    """Columns a multiple of the tile: one uniform bounds check instead of one per
+    register."""
+    from tilekit.codegen import compile_module
+
+    base = np.zeros((8, 128), np.float32)
+    module = rows.trace(base[:, :64], base[:, :64].copy(), N=64)
+    spec = spec_of(base[:, :64], base[:, :64].copy(), n=64)
+    facts = frozenset(rows.size_candidates(spec))
+    divisible = compile_module(module, "sm_90a", divisible=facts).binary.decode()
+    general = compile_module(module, "sm_90a").binary.decode()
+    assert divisible.count("setp") < general.count("setp")

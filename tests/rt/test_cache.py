@@ -183,9 +183,9 @@ def _race(cache_dir: str, barrier, results) -> None:  # type: ignore[no-untyped-
 
     os.environ["TILEKIT_CACHE_DIR"] = cache_dir
 
-    def slow_compile(module, arch):  # type: ignore[no-untyped-def]
+    def slow_compile(module, arch, divisible):  # type: ignore[no-untyped-def]
         time.sleep(0.3)  # both processes are compiling at once
-        return fake_compile(module, arch)
+        return fake_compile(module, arch, divisible)
 
     module, spec = add_module()
     barrier.wait(timeout=60)

@@ -1,17 +1,12 @@
-"""The launch fast path without a GPU: fake torch tensors, a fake driver.
+"""The launch fast path without a GPU: fake torch tensors, a fake driver (``fake_gpu``).
 
-``fake_gpu`` routes ``kern[grid](...)`` through the CUDA backend with every driver call
-replaced: the kernel "loads" as the hand-written PTX kernels' ABI (``fake_compile``) and
-``cuLaunchKernel`` is a recorder that copies the argument slots it was given. So these
-tests check what the fast path decides (hit or miss, which entry) and what it packs
+These tests check what the fast path decides (hit or miss, which entry) and what it packs
 (byte for byte what the slow path packs), not the device (``test_gpu.py`` does that).
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import itertools
 import struct
 from typing import Any
 
@@ -21,122 +16,21 @@ from tilekit import knobs
 from tilekit.codegen.artifact import ParamSlot, SlotKind
 from tilekit.errors import LaunchError
 from tilekit.lang.kernel import TensorSpec
-from tilekit.rt import device_arrays, driver, fastpath, gpu
+from tilekit.rt import driver, fastpath, gpu
 from tilekit.rt.launcher import Launch
 
-from .ptx_kernels import add, fake_compile, vector_add_kernel
+from .fake_gpu import Driver, FakeTensor, slots_of, use_fake_gpu
+from .ptx_kernels import add, vector_add_kernel
 
 BLOCK = 128
 
 
-class _Device:
-    def __init__(self, index: int) -> None:
-        self.type = "cuda" if index >= 0 else "cpu"
-        self.index = index if index >= 0 else None
-
-
-class FakeTensor:
-    """What tilekit reads of a torch CUDA tensor; the methods are C callables, as torch's
-    are, so that timings of the fast path are realistic."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: str = "torch.float32",
-                 ptr: int = 0x7F00_0000_0000, strides: tuple[int, ...] | None = None,
-                 device: int = 0) -> None:
-        self.shape = tuple(shape)
-        if strides is None:
-            acc, out = 1, []
-            for n in reversed(self.shape):
-                out.append(acc)
-                acc *= n
-            strides = tuple(reversed(out))
-        self.dtype = dtype  # a str: hashable, and str() gives "torch.float32"
-        self.device = _Device(device)
-        self.data_ptr = itertools.repeat(ptr).__next__
-        self.dim = itertools.repeat(len(self.shape)).__next__
-        self.get_device = itertools.repeat(device).__next__
-        self.stride = itertools.repeat(tuple(strides)).__next__
-        size = {"torch.float32": 4, "torch.bfloat16": 2, "torch.float16": 2,
-                "torch.float64": 8, "torch.int32": 4, "torch.int64": 8}.get(dtype, 4)
-        self.element_size = itertools.repeat(size).__next__
-
-
-FakeTensor.__module__ = "torch.fake"  # tilekit recognizes torch tensors by their module
-
-
-def compile_abi(module: Any, arch: str) -> Any:
-    """``fake_compile`` with the slot types the specialization implies (a 64-bit index
-    gives 64-bit sizes and strides; a scalar travels in its own dtype)."""
-    base = fake_compile(module, arch)
-    types = {arg.name_hint: arg.type for arg in module.kernel.args}
-    params = []
-    for p in base.params:
-        t = types.get(p.arg)
-        if p.kind in (SlotKind.SIZE, SlotKind.STRIDE):
-            p = dataclasses.replace(p, dtype=t.index.long)
-        elif p.kind is SlotKind.SCALAR:
-            p = dataclasses.replace(p, dtype=t.dtype.long)
-        params.append(p)
-    return dataclasses.replace(base, params=tuple(params))
-
-
-class Driver:
-    """The fake driver: records every launch (grid, stream, the packed slots)."""
-
-    def __init__(self, compiled_fn: Any = compile_abi) -> None:
-        self.launches: list[dict[str, Any]] = []
-        self.loads = 0
-        self.fail_next = 0
-        self.compiled_fn = compiled_fn
-
-    def launch_fn(self, fh: Any, gx: int, gy: int, gz: int, threads: int, by: int, bz: int,
-                  shared: int, stream: Any, params: Any, extra: Any) -> int:
-        if self.fail_next:
-            self.fail_next -= 1
-            return 201  # CUDA_ERROR_INVALID_CONTEXT
-        slots = (ctypes.c_void_p * 16).from_address(params.value)
-        self.launches.append({"grid": (gx, gy, gz), "stream": stream.value if stream else 0,
-                              "threads": threads, "slots": slots, "params": params.value})
-        return 0
-
-
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Driver:  # type: ignore[misc]
-    drv = Driver()
-    props = driver.DeviceProps(0, "Fake H100", (9, 0), 132, 227 * 1024,
-                               (2**31 - 1, 65535, 65535), 1024, 80 << 30)
-
-    def load(kern: Any, spec: Any, device: int, loc: Any) -> gpu.LoadedKernel:
-        key = (spec, device)
-        if key in kern._loaded:
-            return kern._loaded[key]
-        drv.loads += 1
-        compiled = drv.compiled_fn(kern.specialize(spec), props.arch)
-        function = driver.LoadedFunction(None, None, 0x1000 + drv.loads, device)
-        loaded = gpu.LoadedKernel.build(compiled, function, props, 0)
-        kern._loaded[key] = loaded
-        return loaded
-
-    monkeypatch.setattr(gpu, "_load", load)
-    monkeypatch.setattr(driver, "use_device", lambda device, loc=None: None)
-    monkeypatch.setattr(driver, "launch_fn", lambda: drv.launch_fn)
-    monkeypatch.setattr(device_arrays, "current_stream", lambda *a: 0)
-    monkeypatch.setattr(device_arrays, "torch_current_stream", lambda: lambda device: 0)
-    monkeypatch.setattr(device_arrays, "choose_backend", lambda on_device: device_arrays.Backend(
-        device_arrays.BackendKind.CUDA, "fake"))
+    drv = use_fake_gpu(monkeypatch)
     add._loaded.clear()
     yield drv
     add._loaded.clear()
-
-
-def slots_of(launch: dict[str, Any], kernel: Any) -> tuple[Any, ...]:
-    """The slot values a recorded launch passed, decoded with the kernel's layout."""
-    compiled = kernel.compiled
-    out = []
-    for i, p in enumerate(compiled.params):
-        code = fastpath.SLOT_FORMATS[p.dtype]
-        out.append(struct.unpack("<" + code, ctypes.string_at(launch["slots"][i],
-                                                              struct.calcsize(code)))[0])
-    return tuple(out)
 
 
 def run(x: Any, y: Any, out: Any, n: int, **kw: Any) -> None:
@@ -199,7 +93,7 @@ def test_a_fact_of_the_specialization_misses(fake: Driver) -> None:
     x1 = FakeTensor((999,), ptr=0x7F00_0000_0004)
     run(x1, x1, x1, 999)
     assert fake.loads == 2
-    specs = [spec for spec, _ in add._loaded]
+    specs = [v.spec for v in add._loaded]
     assert [dict(s.args)["X"].aligned16 for s in specs] == [True, False]
     # another dtype
     h = FakeTensor((1000,), dtype="torch.bfloat16")
@@ -208,11 +102,11 @@ def test_a_fact_of_the_specialization_misses(fake: Driver) -> None:
     # an int scalar past int32: the scalar's width is keyed
     run(x, x, x, 2**31 + 5)
     assert fake.loads == 4
-    assert dict(list(add._loaded)[-1][0].args)["n"].dtype.long == "int64"
+    assert dict(list(add._loaded)[-1].spec.args)["n"].dtype.long == "int64"
     # another device
     d1 = FakeTensor((1000,), device=1)
     run(d1, d1, d1, 1000)
-    assert fake.loads == 5 and list(add._loaded)[-1][1] == 1
+    assert fake.loads == 5 and list(add._loaded)[-1].device == 1
     # every one of them now hits
     for args in ((x, x, x, 1000), (x1, x1, x1, 999), (h, h, h, 1000), (d1, d1, d1, 1000)):
         run(*args)
@@ -226,7 +120,7 @@ def test_index_width_is_keyed(fake: Driver) -> None:
     big = FakeTensor((2**20,), strides=(2**12,))
     run(big, big, big, 1000)
     assert fake.loads == 2
-    indexes = [dict(s.args)["X"].index.long for s, _ in add._loaded]
+    indexes = [dict(v.spec.args)["X"].index.long for v in add._loaded]
     assert indexes == ["int32", "int64"]
     dispatcher = next(iter(add._loaded.fast.values()))
     assert len(dispatcher.table) == 2  # whether the span fits int32 is in the key
@@ -335,8 +229,10 @@ def test_clearing_the_loaded_kernels_clears_the_fast_path(fake: Driver) -> None:
 
 
 def test_fastpath_covers_the_specialization() -> None:
-    """A fact added to TensorSpec must be added to the fast path's key (fastpath.py)."""
+    """A fact added to TensorSpec or to a loaded kernel's variant must be added to the fast
+    path's key (fastpath.py)."""
     assert {f.name for f in dataclasses.fields(TensorSpec)} == fastpath.COVERED_TENSOR_FACTS
+    assert set(gpu.Variant._fields) - {"spec", "device"} == fastpath.COVERED_VARIANT_FACTS
 
 
 def test_slot_layout_aligns_each_slot() -> None:

@@ -238,7 +238,7 @@ def test_grid_beyond_the_device_is_refused(spy) -> None:  # type: ignore[no-unty
 
 def test_too_much_shared_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu, "_codegen",
-                        lambda m, arch: vector_add_kernel(arch, shared_bytes=10**7))
+                        lambda m, arch, divisible: vector_add_kernel(arch, shared_bytes=10**7))
     x = np.zeros(10, np.float32)
     with pytest.raises(LaunchError, match="needs 10000000 bytes of shared memory"):
         run_add(x, x, x, 10)
@@ -316,7 +316,7 @@ def test_fast_path_misses_on_a_fact_of_the_specialization(spy) -> None:  # type:
     run_add(base[1:], base[1:], out[1:], 4099)  # 4 bytes past 16: not aligned16
     assert len(spy["slow"]) == 2
     torch.testing.assert_close(out[1:], 2 * base[1:], rtol=0, atol=0)
-    specs = [spec for spec, _ in add._loaded]
+    specs = [v.spec for v in add._loaded]
     assert [dict(s.args)["X"].aligned16 for s in specs] == [True, False]
     run_add(base[4:], base[4:], out[4:], 4096)  # 16 bytes past: aligned again, a hit
     run_add(base[1:], base[1:], out[1:], 4099)  # a hit of the unaligned entry

@@ -12,9 +12,10 @@ costs ~100 us. After a successful CUDA launch whose arrays are all torch CUDA te
   integer whether it fits in int32, per constexpr its value. Every fact the
   specialization depends on is in the key (dtype, rank, the pointer's residue mod 16,
   which decides 16-byte alignment and element alignment, the device, the scalar widths,
-  the constexprs) or re-checked by the entry (the index width); the one fact that is
-  not is checked in ``test_fastpath_covers_the_specialization`` (a new ``TensorSpec``
-  field must be added to the key).
+  the constexprs, and whether each size fact ``(tensor, dim, n)`` that a specialization
+  of this profile can use holds) or re-checked by the entry (the index width);
+  ``test_fastpath_covers_the_specialization`` checks that a new ``TensorSpec`` or
+  ``gpu.Variant`` field is added to the key.
 * per key, an **entry**, generated once per (specialization, device): it checks the
   grid against the device's limits (int compares), reads each tensor's sizes and
   strides, re-checks that each tensor's index width is the one it was specialized for
@@ -54,6 +55,7 @@ import numpy as np
 
 from tilekit import knobs
 from tilekit.codegen.artifact import SlotKind
+from tilekit.codegen.size_facts import SizeFact
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
 
@@ -63,6 +65,9 @@ MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})
 # the key (``_tensor_key``) or to the entry's checks before it may be listed here.
 COVERED_TENSOR_FACTS = frozenset({"dtype", "rank", "index", "aligned16", "unit_inner",
                                   "strides16"})
+# The facts of a loaded kernel's variant (``gpu.Variant``) besides its specialization and
+# device that the key covers: the size facts (``Dispatcher.cover``).
+COVERED_VARIANT_FACTS = frozenset({"divisible"})
 
 _I32 = 2**31 - 1
 
@@ -208,11 +213,11 @@ def canonical_slots(profile: Profile) -> list[tuple[SlotKind, str, int]]:
 
 
 def _dispatch_source(kern: Any, profile: Profile, as_method: bool,
-                     key_only: bool = False) -> str:
+                     key_only: bool = False, facts: Sequence[SizeFact] = ()) -> str:
     """Python source of the dispatcher: ``_tk_dispatch(_tk_grid, args, kwargs)``, or as a
     ``__call__(self, *args, **kwargs)`` method of the kernel's launch class. Everything
     up to the launch is in one ``try``: any surprise is a miss, before anything is
-    queued."""
+    queued. ``facts`` are the size facts the key covers (whether each holds)."""
     plans = profile.args
     names = [p.name for p in plans]
     tensors = [p for p in plans if p.kind == TENSOR]
@@ -271,6 +276,8 @@ def _dispatch_source(kern: Any, profile: Profile, as_method: bool,
             key.append(f"-2147483648 <= {p.name} <= 2147483647")
         elif p.kind == CONST:
             key.append(p.name)
+    index = {p.name: j for j, p in enumerate(tensors)}
+    key += [f"_tk_n{index[name]}_{dim} % {n} == 0" for name, dim, n in facts]
     for p in plans:
         if p.kind in (INT, SCALAR):
             values.append(f"_tk_bf16({p.name})" if p.bf16 else p.name)
@@ -358,10 +365,12 @@ class Dispatcher:
     def __init__(self, kern: Any, profile: Profile, current_stream: Callable[[int], int],
                  stream_handle: Callable[[Any, Any], int], launch_fn: Any,
                  check_status: Callable[..., None]) -> None:
+        self.kern = kern
         self.profile = profile
         self.table: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.specs: dict[tuple[Any, ...], Specialization] = {}
-        env: dict[str, Any] = {
+        self.facts: tuple[SizeFact, ...] = ()  # the size facts the key covers
+        self.env: dict[str, Any] = {
             "_tk_Miss": _Miss, "_tk_MISS": MISS, "_tk_table": self.table,
             "_tk_streams": _streams, "_tk_overrides": knobs._overrides,
             "_tk_current_stream": current_stream, "_tk_stream_handle": stream_handle,
@@ -370,19 +379,38 @@ class Dispatcher:
         }
         defaults = {p.name: p.default for p in kern.params}
         for plan in profile.args:
-            env[f"_tk_type_{plan.name}"] = plan.type
+            self.env[f"_tk_type_{plan.name}"] = plan.type
             if plan.has_default:
-                env[f"_tk_default_{plan.name}"] = defaults[plan.name]
-        self.source = _dispatch_source(kern, profile, as_method=False)
+                self.env[f"_tk_default_{plan.name}"] = defaults[plan.name]
+        self._generate()
+
+    def _generate(self) -> None:
+        kern, profile, env, facts = self.kern, self.profile, self.env, self.facts
+        self.source = _dispatch_source(kern, profile, as_method=False, facts=facts)
         exec(compile(self.source, f"<tilekit dispatch {kern.name}>", "exec"), env)
-        key_source = _dispatch_source(kern, profile, as_method=False, key_only=True)
+        key_source = _dispatch_source(kern, profile, as_method=False, key_only=True,
+                                      facts=facts)
         exec(compile(key_source, f"<tilekit key {kern.name}>", "exec"), env)
         self.key_fn: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = env["_tk_key"]
         self.dispatch: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = \
             env["_tk_dispatch"]
-        method = _dispatch_source(kern, profile, as_method=True)
+        method = _dispatch_source(kern, profile, as_method=True, facts=facts)
         exec(compile(method, f"<tilekit launch {kern.name}>", "exec"), env)
         self.method: Callable[..., Any] = env["__call__"]
+        self.launch_cls: Any = None  # made by LoadedKernels.activate
+
+    def cover(self, candidates: Sequence[SizeFact]) -> bool:
+        """Make the key say whether each of ``candidates`` holds (a specialization's size
+        facts). The key covers the union over the specializations seen; a new fact
+        regenerates the dispatcher and empties its table (keys of the old form are of no
+        use: the entries come back as their calls miss once). True when it regenerated."""
+        if set(candidates) <= set(self.facts):
+            return False
+        self.facts = tuple(sorted(set(self.facts) | set(candidates)))
+        self.table.clear()
+        self.specs.clear()
+        self._generate()
+        return True
 
     def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
         """The key the dispatcher computes for a call (None when it would miss before)."""

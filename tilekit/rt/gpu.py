@@ -1,11 +1,14 @@
 """The CUDA backend: compile (cached), load, check, pack the arguments, launch.
 
 ``compile_cached`` turns a specialized module into a linked kernel through the disk
-cache (the compile function is injectable, for tests). ``LoadedKernel`` is one kernel
-loaded on one device with its argument buffer built once: a ctypes array of pointers
-into preallocated ctypes slots, one per ABI parameter (``CompiledKernel.params``); a
-launch writes the pointers, sizes, strides and scalars into the slots and makes one
-``cuLaunchKernel``. ``launch`` is what ``kern[grid](...)`` runs on the GPU.
+cache (the compile function is injectable, for tests). A loaded kernel is one
+``Variant``: a specialization, a device, and the call's size facts (which of the traced
+kernel's candidate facts ``(tensor, dim, n)`` hold, ``tilekit.codegen.size_facts``).
+``LoadedKernel`` is one kernel loaded on one device with its argument buffer built
+once: a ctypes array of pointers into preallocated ctypes slots, one per ABI parameter
+(``CompiledKernel.params``); a launch writes the pointers, sizes, strides and scalars
+into the slots and makes one ``cuLaunchKernel``. ``launch`` is what ``kern[grid](...)``
+runs on the GPU.
 """
 
 from __future__ import annotations
@@ -16,19 +19,32 @@ import struct
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tilekit import knobs
 from tilekit.codegen.artifact import CompiledKernel, SlotKind
+from tilekit.codegen.size_facts import SizeFact, size_facts_holding
 from tilekit.errors import ExecutionError, SourceLoc
 from tilekit.ir.core import Module
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
 from tilekit.rt import cache, checks, device_arrays, driver, fastpath, link
 from tilekit.rt.device_arrays import DeviceArray, StagedArray
 
-CompileFn = Callable[[Module, str], CompiledKernel]
+# compile_fn(module, arch, divisible): tilekit.codegen.compile_module, or a test's stand-in
+CompileFn = Callable[[Module, str, frozenset[SizeFact]], CompiledKernel]
+
+
+class Variant(NamedTuple):
+    """What one loaded kernel was compiled for: the specialization (traced once), the
+    device, and the size facts that hold for the call (the candidates of the traced kernel
+    that hold; facts no tile view uses are never in it, so calls that differ only in them
+    share the variant)."""
+
+    spec: Specialization
+    device: int
+    divisible: frozenset[SizeFact]
 
 
 # --- compile, through the cache -----------------------------------------------------------
@@ -52,31 +68,40 @@ def spec_text(spec: Specialization) -> str:
     return ";".join(parts)
 
 
-def cache_key(module: Module, spec: Specialization, arch: str) -> cache.CacheKey:
+def size_facts_text(divisible: frozenset[SizeFact]) -> str:
+    """A canonical text of a call's size facts: ``X:1:64,Y:1:64`` (sorted)."""
+    return ",".join(f"{name}:{dim}:{n}" for name, dim, n in sorted(divisible))
+
+
+def cache_key(module: Module, spec: Specialization, arch: str,
+              divisible: frozenset[SizeFact] = frozenset()) -> cache.CacheKey:
     from tilekit.ir.printer import print_module
 
     fn = module.kernel
     source = str(fn.loc.file) if fn.loc is not None else ""
     return cache.CacheKey.of(fn.name, print_module(module, with_locs=True),
-                             f"{source}|{spec_text(spec)}", arch)
+                             f"{source}|{spec_text(spec)}|divisible={size_facts_text(divisible)}",
+                             arch)
 
 
-def _codegen(module: Module, arch: str) -> CompiledKernel:
+def _codegen(module: Module, arch: str, divisible: frozenset[SizeFact]) -> CompiledKernel:
     from tilekit.codegen import compile_module
 
-    return compile_module(module, target=arch)
+    return compile_module(module, target=arch, divisible=divisible)
 
 
 def compile_cached(module: Module, spec: Specialization, arch: str,
                    loc: SourceLoc | None = None,
-                   compile_fn: CompileFn | None = None) -> cache.Entry:
-    """The compiled and linked kernel for ``module`` on ``arch``: from the disk cache, or
-    compiled (``compile_fn``, default ``tilekit.codegen.compile_module``), linked with
-    nvJitLink when available, and stored."""
+                   compile_fn: CompileFn | None = None,
+                   divisible: frozenset[SizeFact] = frozenset()) -> cache.Entry:
+    """The compiled and linked kernel for ``module`` on ``arch`` and the call's size facts
+    ``divisible``: from the disk cache, or compiled (``compile_fn``, default
+    ``tilekit.codegen.compile_module``), linked with nvJitLink when available, and
+    stored."""
     dumps = knobs.DUMP.get()
 
     def build() -> cache.Entry:
-        compiled = (compile_fn or _codegen)(module, arch)
+        compiled = (compile_fn or _codegen)(module, arch, divisible)
         if "llvm" in dumps and compiled.llvm_ir:
             _dump(f"llvm: {compiled.name} ({arch})", compiled.llvm_ir)
         image = b""
@@ -85,7 +110,7 @@ def compile_cached(module: Module, spec: Specialization, arch: str,
                                   module.kernel.loc or loc)
         return cache.Entry(compiled, image)
 
-    entry = cache.get_or_build(cache_key(module, spec, arch), build)
+    entry = cache.get_or_build(cache_key(module, spec, arch, divisible), build)
     if "ptx" in dumps and entry.kernel.binary_kind == "ptx":
         _dump(f"ptx: {entry.kernel.name} ({arch})", entry.kernel.binary.decode(errors="replace"))
     return entry
@@ -147,16 +172,15 @@ class LoadedKernel:
         self.pack(self.buffer, 0, *values)
 
 
-def _load(kern: Any, spec: Specialization, device: int,
-          loc: SourceLoc | None) -> LoadedKernel:
-    key = (spec, device)
-    loaded = kern._loaded.get(key)
+def _load(kern: Any, variant: Variant, loc: SourceLoc | None) -> LoadedKernel:
+    loaded = kern._loaded.get(variant)
     if loaded is not None:
         cache.count("memory_hits")
         return loaded
-    module = kern.specialize(spec)  # traced only on a miss of the loaded kernels
+    spec, device, divisible = variant
+    module = kern.specialize(spec)
     props = driver.device_props(device)
-    entry = compile_cached(module, spec, props.arch, loc)
+    entry = compile_cached(module, spec, props.arch, loc, divisible=divisible)
     compiled = entry.kernel
     checks.check_shared_memory(compiled.shared_bytes, props.max_shared_optin, compiled.name, loc)
     checks.check_block(compiled.block_threads, props.max_threads_per_block, loc)
@@ -168,7 +192,7 @@ def _load(kern: Any, spec: Specialization, device: int,
         driver.memset32(status_ptr, 0, 4, 0, loc)
         driver.synchronize(0, loc)
     loaded = LoadedKernel.build(compiled, function, props, status_ptr)
-    kern._loaded[key] = loaded
+    kern._loaded[variant] = loaded
     return loaded
 
 
@@ -216,7 +240,9 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
     if device < 0:  # host arrays only: the current context's device, else device 0
         device = driver.current_device()
     driver.use_device(device, loc)
-    loaded = _load(kern, spec, device, loc)
+    divisible = size_facts_holding(kern.size_candidates(spec),
+                                   {n: a.shape for n, a in tensors.items()})
+    loaded = _load(kern, Variant(spec, device, divisible), loc)
     compiled = loaded.compiled
 
     # Checks: nothing has been queued yet.
@@ -263,7 +289,7 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         ok = True
         if call is not None and not staged:
             fastpath.remember_stream(stream)
-            install(kern, spec, loaded, bound, call)
+            install(kern, spec, loaded, bound, call, kern.size_candidates(spec))
     finally:
         if buffers:
             if not ok:
@@ -279,11 +305,13 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
 
 
 def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mapping[str, Any],
-            call: tuple[int, tuple[str, ...], bool]) -> bool:
+            call: tuple[int, tuple[str, ...], bool],
+            candidates: tuple[SizeFact, ...] = ()) -> bool:
     """Make the next launch like this one take the fast path (``fastpath``): find or
-    generate the dispatcher of this call's profile, compute its key for these arguments,
-    and put an entry for this specialization under it. False when the call cannot be
-    repeated on the fast path (numpy or cupy arrays, odd scalars)."""
+    generate the dispatcher of this call's profile, make its key cover the size facts
+    ``candidates`` of this specialization, compute its key for these arguments, and put an
+    entry for this variant under it. False when the call cannot be repeated on the fast
+    path (numpy or cupy arrays, odd scalars)."""
     npos, kwnames, stream_kw = call
     profile = fastpath.profile_of(kern, spec, bound, npos, kwnames, stream_kw)
     if profile is None:
@@ -295,6 +323,7 @@ def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mappin
                                          device_arrays.stream_handle, driver.launch_fn(),
                                          _check_status)
         fast[profile] = dispatcher
+    dispatcher.cover(candidates)  # may regenerate the dispatcher and empty its table
     args = tuple(bound[p.name] for p in profile.args[:npos])
     kwargs = {n: bound[n] for n in kwnames}
     if stream_kw:

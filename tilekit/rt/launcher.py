@@ -8,9 +8,11 @@ The runtime owns the call path. ``tk.kernel`` builds a ``JITKernel`` (the front 
    a parameter of that name) and picks the backend from the arrays
    (``device_arrays.choose_backend``);
 2. computes the ``Specialization`` (constexprs, dtypes, ranks, index widths, 16-byte
-   alignment) and traces it once (``KernelFunction.specialize``);
+   alignment, stride facts) and traces it once (``KernelFunction.specialize``);
 3. interpreter: runs the IR on host copies of the arrays;
-   CUDA: finds the loaded kernel in memory (per kernel, specialization and device), else
+   CUDA: computes which of the traced kernel's size facts hold for the call's shapes
+   (``size_candidates``: listed once per specialization), finds the loaded kernel in
+   memory (per kernel, specialization, device and size facts: a ``gpu.Variant``), else
    the disk cache, else compiles it (``tilekit.codegen.compile_module``, which runs the
    layout pass and lowering), links the PTX (``link``), loads it (``driver``); checks the
    launch against the device (``checks``) before anything is queued; writes the argument
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tilekit.codegen.size_facts import SizeFact, candidate_size_facts
 from tilekit.errors import LaunchError, SourceLoc, TilekitError, user_loc
 from tilekit.ir.core import Function, Module, Value
 from tilekit.ir.dtypes import DType, python_scalar_dtype
@@ -147,12 +150,23 @@ class JITKernel(KernelFunction):
         # kern[grid] makes one of these: Launch, or once the fast path has an entry, a
         # subclass whose __call__ is the fast path's generated dispatcher
         self._launch_cls: type[Launch] = Launch
-        # (specialization, device ordinal) -> the kernel loaded on that device
+        # gpu.Variant (specialization, device ordinal, size facts) -> the loaded kernel
         self._loaded = LoadedKernels(self)
         self._stream_is_param = any(p.name == "stream" for p in self.params)
 
     def __getitem__(self, grid: Any) -> Launch:
         return self._launch_cls(self, grid)
+
+    def size_candidates(self, spec: Specialization) -> tuple[SizeFact, ...]:
+        """The size facts ``(tensor, dim, n)`` the traced kernel of ``spec`` can use (its
+        tile views'), listed once per specialization and kept with the traced IR; which
+        of them hold is part of a GPU launch's variant. The interpreter needs none."""
+        module = self.specialize(spec)
+        found: tuple[SizeFact, ...] | None = getattr(module.kernel, "size_candidates", None)
+        if found is None:
+            found = candidate_size_facts(module)
+            module.kernel.size_candidates = found  # type: ignore[attr-defined]
+        return found
 
     def trace(self, *args: Any, **kwargs: Any) -> Module:
         """The (optimized) IR for these example arguments, without running anything
@@ -178,7 +192,7 @@ def kernel(fn: Callable[..., Any] | None = None) -> Any:
 
 
 class LoadedKernels(dict):  # type: ignore[type-arg]
-    """``(specialization, device) -> gpu.LoadedKernel`` for one kernel, and the fast
+    """``gpu.Variant -> gpu.LoadedKernel`` for one kernel, and the fast
     path's dispatchers built on them (``fast``: profile -> ``fastpath.Dispatcher``).
     Clearing it drops both, so the next launch takes the slow path again."""
 

@@ -1,0 +1,140 @@
+"""A CUDA backend without a GPU: fake torch tensors and a fake driver, for the runtime's
+decisions (which variant a launch loads, hit or miss of the fast path, what is packed).
+
+``use_fake_gpu(monkeypatch)`` routes ``kern[grid](...)`` through the CUDA backend with
+every driver call replaced: a kernel "loads" with the slots of the kernel ABI for its
+traced arguments (``abi_compile``: no code generation, no binary) and ``cuLaunchKernel``
+is a recorder of the launch configuration and the argument slots it was given. So tests
+check what the runtime decides and packs (byte for byte what the slow path packs), not
+the device (``test_gpu.py`` does that).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+from typing import Any
+
+import pytest
+
+from tilekit.codegen.artifact import CompiledKernel, ParamSlot, SlotKind
+from tilekit.ir.types import TensorType
+from tilekit.rt import device_arrays, driver, fastpath, gpu
+
+PROPS = driver.DeviceProps(0, "Fake H100", (9, 0), 132, 227 * 1024,
+                           (2**31 - 1, 65535, 65535), 1024, 80 << 30)
+
+
+class _Device:
+    def __init__(self, index: int) -> None:
+        self.type = "cuda" if index >= 0 else "cpu"
+        self.index = index if index >= 0 else None
+
+
+class FakeTensor:
+    """What tilekit reads of a torch CUDA tensor; the methods are C callables, as torch's
+    are, so that timings of the fast path are realistic."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: str = "torch.float32",
+                 ptr: int = 0x7F00_0000_0000, strides: tuple[int, ...] | None = None,
+                 device: int = 0) -> None:
+        self.shape = tuple(shape)
+        if strides is None:
+            acc, out = 1, []
+            for n in reversed(self.shape):
+                out.append(acc)
+                acc *= n
+            strides = tuple(reversed(out))
+        self.dtype = dtype  # a str: hashable, and str() gives "torch.float32"
+        self.device = _Device(device)
+        self.data_ptr = itertools.repeat(ptr).__next__
+        self.dim = itertools.repeat(len(self.shape)).__next__
+        self.get_device = itertools.repeat(device).__next__
+        self.stride = itertools.repeat(tuple(strides)).__next__
+        size = {"torch.float32": 4, "torch.bfloat16": 2, "torch.float16": 2,
+                "torch.float64": 8, "torch.int32": 4, "torch.int64": 8}.get(dtype, 4)
+        self.element_size = itertools.repeat(size).__next__
+
+
+FakeTensor.__module__ = "torch.fake"  # tilekit recognizes torch tensors by their module
+
+
+def abi_compile(module: Any, arch: str,
+                divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
+    """A stand-in for code generation: the ABI's slots for the traced arguments (per
+    tensor its pointer, sizes and strides in its index type; the scalars in their
+    dtypes; the status word), 4 warps, no binary."""
+    tensors: list[ParamSlot] = []
+    scalars: list[ParamSlot] = []
+    for arg in module.kernel.args:
+        t, name = arg.type, arg.name_hint
+        if isinstance(t, TensorType):
+            tensors.append(ParamSlot(SlotKind.POINTER, name, "uint64"))
+            tensors += [ParamSlot(SlotKind.SIZE, name, t.index.long, a) for a in range(t.rank)]
+            tensors += [ParamSlot(SlotKind.STRIDE, name, t.index.long, a)
+                        for a in range(t.rank)]
+        else:
+            scalars.append(ParamSlot(SlotKind.SCALAR, name, t.dtype.long))
+    params = (*tensors, *scalars, ParamSlot(SlotKind.STATUS, "", "uint64"))
+    return CompiledKernel(module.kernel.name, arch, "ptx", b"", 4, 32, 0, params)
+
+
+class Driver:
+    """The fake driver: what it loaded (``variants``) and every launch (grid, stream, the
+    packed slots)."""
+
+    def __init__(self, compiled_fn: Any = abi_compile) -> None:
+        self.launches: list[dict[str, Any]] = []
+        self.loads = 0
+        self.variants: list[gpu.Variant] = []  # what each load was for
+        self.fail_next = 0
+        self.compiled_fn = compiled_fn
+
+    def launch_fn(self, fh: Any, gx: int, gy: int, gz: int, threads: int, by: int, bz: int,
+                  shared: int, stream: Any, params: Any, extra: Any) -> int:
+        if self.fail_next:
+            self.fail_next -= 1
+            return 201  # CUDA_ERROR_INVALID_CONTEXT
+        slots = (ctypes.c_void_p * 16).from_address(params.value)
+        self.launches.append({"grid": (gx, gy, gz), "stream": stream.value if stream else 0,
+                              "threads": threads, "slots": slots, "params": params.value})
+        return 0
+
+    def load(self, kern: Any, variant: gpu.Variant, loc: Any) -> gpu.LoadedKernel:
+        """``gpu._load`` without a device: compile with ``compiled_fn``, "load" it."""
+        if variant in kern._loaded:
+            return kern._loaded[variant]
+        self.loads += 1
+        self.variants.append(variant)
+        compiled = self.compiled_fn(kern.specialize(variant.spec), PROPS.arch,
+                                    variant.divisible)
+        function = driver.LoadedFunction(None, None, 0x1000 + self.loads, variant.device)
+        loaded = gpu.LoadedKernel.build(compiled, function, PROPS, 0)
+        kern._loaded[variant] = loaded
+        return loaded
+
+
+def use_fake_gpu(monkeypatch: pytest.MonkeyPatch, compiled_fn: Any = abi_compile) -> Driver:
+    """Route launches through the CUDA backend with the fake driver (until the test
+    ends)."""
+    drv = Driver(compiled_fn)
+    monkeypatch.setattr(gpu, "_load", drv.load)
+    monkeypatch.setattr(driver, "use_device", lambda device, loc=None: None)
+    monkeypatch.setattr(driver, "launch_fn", lambda: drv.launch_fn)
+    monkeypatch.setattr(device_arrays, "current_stream", lambda *a: 0)
+    monkeypatch.setattr(device_arrays, "torch_current_stream", lambda: lambda device: 0)
+    monkeypatch.setattr(device_arrays, "choose_backend", lambda on_device: device_arrays.Backend(
+        device_arrays.BackendKind.CUDA, "fake"))
+    return drv
+
+
+def slots_of(launch: dict[str, Any], kernel: gpu.LoadedKernel) -> tuple[Any, ...]:
+    """The slot values a recorded launch passed, decoded with the kernel's layout (read
+    when called: decode a launch before the next one of the same kernel)."""
+    out = []
+    for i, p in enumerate(kernel.compiled.params):
+        code = fastpath.SLOT_FORMATS[p.dtype]
+        out.append(struct.unpack("<" + code, ctypes.string_at(launch["slots"][i],
+                                                              struct.calcsize(code)))[0])
+    return tuple(out)
