@@ -75,6 +75,12 @@ def tk_rms_norm(X, W, Y, eps, N: tk.constexpr):
 
 
 @tk.kernel
+def tk_copy_tiles(X, Y, BN: tk.constexpr):
+    i, j = tk.program_id(0), tk.program_id(1)
+    Y.tile((1, BN), (i, j)).store(X.tile((1, BN), (i, j)).load())
+
+
+@tk.kernel
 def tk_transpose(X, Y, BM: tk.constexpr, BN: tk.constexpr):
     i, j = tk.program_id(0), tk.program_id(1)
     t = X.tile((BM, BN), (i, j)).load()
@@ -286,8 +292,31 @@ def main() -> int:
     for M, N in [(8192, 8192), (8191, 8193)]:
         guarded(f"transpose {M}x{N}", lambda M=M, N=N: transpose_case(M, N))
 
+    # One kernel that branches per tile class, or separate launches? A grid of (1, 1024)
+    # copy tiles over 8192 columns has no tail class (the size fact holds: no bounds
+    # checks at all); over 8200 columns (of rows padded to 8448, so alignment is the same)
+    # the last tile of each row is a tail, and every tile pays the one branch per access.
+    # Separate launches would make the core tiles the first case's kernel and add a
+    # second launch for the tails.
+    tile_classes = []
+
+    def classes_case(cols: int) -> None:
+        big = torch.randn(8192, 8448, device=dev)
+        x, y = big[:, :cols], torch.full((8192, 8448), float("nan"), device=dev)[:, :cols]
+        grid = (8192, tk.cdiv(cols, 1024))
+        tk_copy_tiles[grid](x, y, BN=1024)
+        assert torch.equal(y, x)
+        ms = median_ms(torch, lambda: tk_copy_tiles[grid](x, y, BN=1024), reps)
+        gbs = 2 * x.numel() * 4 / ms / 1e6
+        tile_classes.append(dict(cols=cols, ms=ms, gbs=gbs))
+        print(f"copy tiles (1,1024) of 8192x{cols} f32 {'(tail class)' if cols % 1024 else ''}"
+              f"{gbs:9.0f} GB/s ({ms * 1e3:.1f} us)", flush=True)
+
+    for cols in (8192, 8200):
+        guarded(f"tile classes {cols}", lambda cols=cols: classes_case(cols))
+
     result = {"bench": "memory_bound", **environment(), "gpu": torch.cuda.get_device_name(0),
-              "copy_gbs": copy_bw, "rows": rows_out}
+              "copy_gbs": copy_bw, "rows": rows_out, "tile_classes": tile_classes}
     print(f"peak copy (torch d2d of 1 GiB, read+write): {copy_bw:.0f} GB/s on {result['gpu']};"
           " 'x copy' is against a copy of the case's own byte count")
     write_json("memory_bound", result, Path(args.out) if args.out else None)
