@@ -15,12 +15,16 @@ Variants:
   arguments packed once, on the same cubin (tilekit's compiled kernel loaded again as
   its own module): the issue's reference (5.7 us on our H100);
 * ``raw cuLaunchKernel (no argtypes)``: the same with the arguments pre-converted to
-  ctypes objects, the cheapest call ctypes can make;
+  ctypes objects;
+* ``raw cuLaunchKernelEx (pre-packed)``: ``cuLaunchKernelEx`` with its launch
+  configuration packed once, four pre-built arguments: what tilekit's fast path calls,
+  the cheapest launch ctypes can make;
 * ``torch.add``: ``torch.add(a, b, out=c)`` of 4096 floats;
 * ``triton``: the same kernel as a tutorial-style ``@triton.jit`` vector add.
 
 Also timed alone: the fast path's key (``Dispatcher.key_fn``) and the torch attributes it
 reads. Targets (issue 7): tilekit <= 1.3x raw (argtypes), Triton >= 2.5x tilekit.
+``bench/dispatch_cpu.py`` times the same fast path without a GPU, piece by piece.
 
     python3 bench/dispatch.py [--out DIR] [--launches 5000] [--rounds 5]
 """
@@ -28,6 +32,7 @@ reads. Targets (issue 7): tilekit <= 1.3x raw (argtypes), Triton >= 2.5x tilekit
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
 import time
 import timeit
@@ -96,7 +101,7 @@ def main() -> int:
     env = common.environment()
     common.print_header(env)
 
-    from tilekit.rt import device_arrays, driver, gpu
+    from tilekit.rt import device_arrays, driver, fastpath, gpu
     from tilekit.rt.launcher import Launch
 
     dev = torch.cuda.current_device()
@@ -112,9 +117,8 @@ def main() -> int:
     assert torch.equal(y, expected), "tilekit's add_one is wrong"
     if not add_one._loaded.fast:
         sys.exit("tilekit installed no fast path entry for this launch (a bug)")
-    launch_type = type(add_one[grid])
-    print(f"# tilekit launches through {launch_type.__name__} "
-          f"(fast path: {launch_type is not Launch})")
+    print(f"# tilekit launches through {type(add_one[grid]).__name__} "
+          f"(fast path: {add_one._fast_call is not None})")
 
     def loop_tilekit(k: int) -> None:
         for _ in range(k):
@@ -140,13 +144,19 @@ def main() -> int:
     launch_at.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     launch_plain = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
     launch_plain.restype = ctypes.c_int
+    launch_ex = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    launch_ex.restype = ctypes.c_int
     fh, pp = function.handle, raw.params_ptr
     fh_obj, pp_obj = ctypes.c_void_p(fh), ctypes.c_void_p(pp)
     st_obj = ctypes.c_void_p(stream) if stream else None
     gx = grid[0]
+    config = (ctypes.c_char * fastpath.CONFIG_BYTES)()
+    struct.pack_into(fastpath.CONFIG_FORMAT, config, 0, gx, 1, 1, threads, 1, 1, shared,
+                     stream)
     y.zero_()
     rc = launch_at(fh, gx, 1, 1, threads, 1, 1, shared, stream, pp, None)
     rc |= launch_plain(fh_obj, gx, 1, 1, threads, 1, 1, shared, st_obj, pp_obj, None)
+    rc |= launch_ex(config, fh_obj, raw.params, None)
     torch.cuda.synchronize()
     if rc or not torch.equal(y, expected):
         sys.exit(f"the raw launch failed (status {rc}) or computed a wrong result")
@@ -159,6 +169,12 @@ def main() -> int:
         for _ in range(k):
             launch_plain(fh_obj, gx, 1, 1, threads, 1, 1, shared, st_obj, pp_obj, None)
 
+    params = raw.params
+
+    def loop_raw_ex(k: int) -> None:
+        for _ in range(k):
+            launch_ex(config, fh_obj, params, None)
+
     a, b, c = torch.randn(N, device="cuda"), torch.randn(N, device="cuda"), torch.empty(
         N, device="cuda")
 
@@ -170,6 +186,7 @@ def main() -> int:
         ("tilekit", loop_tilekit),
         ("raw cuLaunchKernel (argtypes)", loop_raw_argtypes),
         ("raw cuLaunchKernel (no argtypes)", loop_raw_plain),
+        ("raw cuLaunchKernelEx (pre-packed)", loop_raw_ex),
         ("torch.add", loop_torch),
     ]
     triton_kernel = build_triton()
@@ -202,11 +219,10 @@ def main() -> int:
 
     # the fast path's key alone, and what it reads of torch
     dispatcher = next(iter(add_one._loaded.fast.values()))
-    call_args, call_kw = (x, y, N), {"BLOCK": BLOCK}
-    assert dispatcher.key_fn(grid, call_args, call_kw) is not None
+    key_fn = dispatcher.key_fn
+    assert key_fn(x, y, N, BLOCK) is not None
     reps = 200_000
-    key_us = timeit.timeit(lambda: dispatcher.key_fn(grid, call_args, call_kw),
-                           number=reps) / reps * 1e6
+    key_us = timeit.timeit(lambda: key_fn(x, y, N, BLOCK), number=reps) / reps * 1e6
     empty_us = timeit.timeit(lambda: None, number=reps) / reps * 1e6
     raw_stream = device_arrays.torch_current_stream()
     attrs = {
@@ -224,11 +240,12 @@ def main() -> int:
 
     raw_at = results["raw cuLaunchKernel (argtypes)"]["us_per_launch"]
     raw_plain = results["raw cuLaunchKernel (no argtypes)"]["us_per_launch"]
+    raw_ex = results["raw cuLaunchKernelEx (pre-packed)"]["us_per_launch"]
     tk_us = results["tilekit"]["us_per_launch"]
     tri_us = results.get("triton", {}).get("us_per_launch")
     rows = []
     order = ["tilekit", "raw cuLaunchKernel (argtypes)", "raw cuLaunchKernel (no argtypes)",
-             "torch.add", "triton", "tilekit slow path"]
+             "raw cuLaunchKernelEx (pre-packed)", "torch.add", "triton", "tilekit slow path"]
     for name in order:
         if name in results:
             per = results[name]["rounds_us"]
@@ -240,6 +257,8 @@ def main() -> int:
     summary = {
         "tilekit_over_raw_argtypes": tk_us / raw_at,
         "tilekit_over_raw_no_argtypes": tk_us / raw_plain,
+        "tilekit_over_raw_ex": tk_us / raw_ex,
+        "tilekit_minus_raw_ex_us": tk_us - raw_ex,
         "triton_over_tilekit": None if tri_us is None else tri_us / tk_us,
         "slow_over_fast": results["tilekit slow path"]["us_per_launch"] / tk_us,
         "key_us": key_us - empty_us,
@@ -247,12 +266,13 @@ def main() -> int:
     }
     print(f"\ntilekit / raw (argtypes) = {summary['tilekit_over_raw_argtypes']:.2f} "
           "(target <= 1.3); tilekit / raw (no argtypes) = "
-          f"{summary['tilekit_over_raw_no_argtypes']:.2f}")
+          f"{summary['tilekit_over_raw_no_argtypes']:.2f}; tilekit - raw cuLaunchKernelEx = "
+          f"{summary['tilekit_minus_raw_ex_us']:.2f} us (the Python fast path's own cost)")
     if tri_us is not None:
         print(f"triton / tilekit = {summary['triton_over_tilekit']:.2f} (target >= 2.5)")
     print(f"slow path / fast path = {summary['slow_over_fast']:.1f}")
     print(f"\nthe fast path's key alone: {summary['key_us']:.3f} us per call "
-          f"({len(dispatcher.key_fn(grid, call_args, call_kw))} items)\n")
+          f"({len(key_fn(x, y, N, BLOCK))} items)\n")
     print(common.format_table(["torch read", "us"], [[k, v] for k, v in attr_us.items()]))
     data = {"environment": env, "kernel": {"n": N, "block": BLOCK, "grid": grid},
             "results": results, "summary": summary, "torch_attribute_us": attr_us}

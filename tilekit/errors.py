@@ -66,7 +66,8 @@ _POSITIONS: dict[CodeType, list] = {}
 
 
 def _is_internal(filename: str) -> bool:
-    return filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen ")
+    # "<tilekit ...>": code tilekit generates (the launch fast path's dispatchers)
+    return filename.startswith((_PACKAGE_DIR, "<frozen ", "<tilekit "))
 
 
 def frame_loc(frame: FrameType) -> SourceLoc:

@@ -3,10 +3,11 @@ decisions (which variant a launch loads, hit or miss of the fast path, what is p
 
 ``use_fake_gpu(monkeypatch)`` routes ``kern[grid](...)`` through the CUDA backend with
 every driver call replaced: a kernel "loads" with the slots of the kernel ABI for its
-traced arguments (``abi_compile``: no code generation, no binary) and ``cuLaunchKernel``
-is a recorder of the launch configuration and the argument slots it was given. So tests
-check what the runtime decides and packs (byte for byte what the slow path packs), not
-the device (``test_gpu.py`` does that).
+traced arguments (``abi_compile``: no code generation, no binary), and ``cuLaunchKernel``
+(the slow path's) and ``cuLaunchKernelEx`` (the fast path's) are recorders of the launch
+configuration, the function and the argument slots they were given. So tests check what
+the runtime decides and packs (byte for byte what the slow path packs), not the device
+(``test_gpu.py`` does that).
 """
 
 from __future__ import annotations
@@ -93,13 +94,34 @@ class Driver:
 
     def launch_fn(self, fh: Any, gx: int, gy: int, gz: int, threads: int, by: int, bz: int,
                   shared: int, stream: Any, params: Any, extra: Any) -> int:
+        """``cuLaunchKernel`` (the slow path's)."""
         if self.fail_next:
             self.fail_next -= 1
             return 201  # CUDA_ERROR_INVALID_CONTEXT
-        slots = (ctypes.c_void_p * 16).from_address(params.value)
-        self.launches.append({"grid": (gx, gy, gz), "stream": stream.value if stream else 0,
-                              "threads": threads, "slots": slots, "params": params.value})
+        self._record("slow", fh.value, (gx, gy, gz), (threads, by, bz), shared,
+                     stream.value if stream else 0, params.value)
         return 0
+
+    def launch_ex(self, config: Any, fh: Any, params: Any, extra: Any) -> int:
+        """``cuLaunchKernelEx`` (the fast path's): the configuration read as the C struct."""
+        if self.fail_next:
+            self.fail_next -= 1
+            return 201
+        assert extra is None
+        cfg = driver.LaunchConfig.from_address(ctypes.addressof(config))
+        assert cfg.attrs is None and cfg.numAttrs == 0
+        self._record("fast", fh.value, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
+                     (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), cfg.sharedMemBytes,
+                     cfg.hStream or 0, ctypes.addressof(params))
+        return 0
+
+    def _record(self, path: str, function: int, grid: tuple[int, int, int],
+                block: tuple[int, int, int], shared: int, stream: int, params: int) -> None:
+        assert block[1:] == (1, 1)
+        self.launches.append({"path": path, "function": function, "grid": grid,
+                              "threads": block[0], "shared": shared, "stream": stream,
+                              "slots": (ctypes.c_void_p * 16).from_address(params),
+                              "params": params})
 
     def load(self, kern: Any, variant: gpu.Variant, loc: Any) -> gpu.LoadedKernel:
         """``gpu._load`` without a device: compile with ``compiled_fn``, "load" it."""
@@ -122,6 +144,7 @@ def use_fake_gpu(monkeypatch: pytest.MonkeyPatch, compiled_fn: Any = abi_compile
     monkeypatch.setattr(gpu, "_load", drv.load)
     monkeypatch.setattr(driver, "use_device", lambda device, loc=None: None)
     monkeypatch.setattr(driver, "launch_fn", lambda: drv.launch_fn)
+    monkeypatch.setattr(driver, "launch_ex_fn", lambda: drv.launch_ex)
     monkeypatch.setattr(device_arrays, "current_stream", lambda *a: 0)
     monkeypatch.setattr(device_arrays, "torch_current_stream", lambda: lambda device: 0)
     monkeypatch.setattr(device_arrays, "choose_backend", lambda on_device: device_arrays.Backend(

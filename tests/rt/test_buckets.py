@@ -122,7 +122,7 @@ def test_differing_only_in_a_used_size_fact_is_another_variant(fake: Driver) -> 
     assert first.divisible == {("X", 1, 64), ("Y", 1, 64)} and second.divisible == set()
     for x, y, variant in ((x64, y64, first), (x65, y65, second), (x64, y64, first)):
         rows[8](x, y, N=64)  # fast-path hits, each of its own variant's kernel
-        assert fake.launches[-1]["params"] == rows._loaded[variant].params_ptr
+        assert fake.launches[-1]["function"] == rows._loaded[variant].function.handle
     assert fake.loads == 2 and len(fake.slow) == 2
     rows[8](matrix(8, 64), matrix(8, 65, at=0x10000), N=64)  # one fact of the two holds
     assert fake.variants[-1].divisible == {("X", 1, 64)} and len(fake.slow) == 3

@@ -7,6 +7,8 @@ without copies, numpy staging, streams, launch checks, the assert status word, c
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -42,15 +44,22 @@ def run_add(x, y, out, n: int, **kw) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Records the streams launched on (by the slow and the fast path: both call
-    ``driver.launch_fn()``), every synchronization, and every slow-path launch."""
+    """Records the streams launched on (by the slow path's ``driver.launch_fn()`` and the
+    fast path's ``driver.launch_ex_fn()``), every synchronization, and every slow-path
+    launch."""
     calls: dict[str, list] = {"launch": [], "sync": [], "slow": []}
     real_launch, real_sync = driver.launch_fn(), driver.synchronize
+    real_launch_ex = driver.launch_ex_fn()
     real_slow = Launch._launch
 
     def launch(fh, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
         calls["launch"].append(0 if stream is None else stream.value)
         return real_launch(fh, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+
+    def launch_ex(config, fh, params, extra):  # type: ignore[no-untyped-def]
+        cfg = driver.LaunchConfig.from_address(ctypes.addressof(config))
+        calls["launch"].append(cfg.hStream or 0)
+        return real_launch_ex(config, fh, params, extra)
 
     def synchronize(stream, loc=None):  # type: ignore[no-untyped-def]
         calls["sync"].append(stream)
@@ -61,6 +70,7 @@ def spy(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
         return real_slow(self, args, kwargs)
 
     monkeypatch.setattr(driver, "launch_fn", lambda: launch)
+    monkeypatch.setattr(driver, "launch_ex_fn", lambda: launch_ex)
     monkeypatch.setattr(driver, "synchronize", synchronize)
     monkeypatch.setattr(Launch, "_launch", slow)
     return calls
@@ -326,9 +336,11 @@ def test_fast_path_misses_on_a_fact_of_the_specialization(spy) -> None:  # type:
     run_add(h, h, hout, 4100)  # another dtype
     assert len(spy["slow"]) == 3
     assert torch.equal(hout, (h.float() * 2).to(torch.bfloat16))
-    run_add(base, base, out, 4100, stream=torch.cuda.Stream())  # a new stream: missed once
+    stream = torch.cuda.Stream()
+    run_add(base, base, out, 4100, stream=stream)  # a new stream: no miss
     torch.cuda.synchronize()
-    assert len(spy["slow"]) == 4 and len(add._loaded) == 3
+    assert len(spy["slow"]) == 3 and len(add._loaded) == 3
+    assert spy["launch"][-1] == stream.cuda_stream
 
 
 def test_fast_path_misses_on_another_device(spy) -> None:  # type: ignore[no-untyped-def]
@@ -385,7 +397,7 @@ def test_cuda_graph_capture_through_the_slow_path() -> None:
     run_add(x, x, out, n)  # compile and load outside the capture
     torch.cuda.synchronize()
     add._loaded.fast.clear()
-    add._launch_cls = Launch  # as before any fast entry: the capture takes the slow path
+    add._loaded.deactivate()  # as before any fast entry: the capture takes the slow path
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         run_add(x, x, out, n)

@@ -318,6 +318,31 @@ def launch_fn() -> Any:
     return fn
 
 
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h, CUDA 12+), the first argument of ``cuLaunchKernelEx``.
+    The fast path writes it with ``struct`` (``fastpath.CONFIG_FORMAT``); this is its C
+    layout, which a test holds the format to."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+
+
+@functools.cache
+def launch_ex_fn() -> Any:
+    """``cuLaunchKernelEx`` from libcuda through ctypes, for the fast path, or None when the
+    driver has none (before CUDA 12). Four arguments instead of eleven, all pre-built by
+    the caller (the ``LaunchConfig`` bytes, the function, the parameter array, NULL): ctypes
+    converts nothing per call."""
+    _cu()
+    fn = getattr(ctypes.CDLL("libcuda.so.1"), "cuLaunchKernelEx", None)
+    if fn is not None:
+        fn.restype = ctypes.c_int
+    return fn
+
+
 def launch(function: LoadedFunction, grid: Sequence[int], block_threads: int,
            shared_bytes: int, stream: int, kernel_params: int,
            loc: SourceLoc | None = None) -> None:

@@ -3,38 +3,38 @@
 The full launch (``launcher.Launch._launch``: bind with ``inspect.Signature``, describe
 the arrays, build the ``Specialization``, hash it, find the loaded kernel, check, pack)
 costs ~100 us. After a successful CUDA launch whose arrays are all torch CUDA tensors,
-``install`` records, per kernel, what a repeat of that call needs:
+``gpu.install`` records, per kernel, what a repeat of that call needs:
 
-* a **dispatcher**, generated once per *profile* (the Python type of each argument and
-  the call's shape: how many positional arguments, which keywords). It unpacks the
-  arguments, checks their types, and computes a **cheap key** from fast attributes:
-  per tensor ``(t.dtype, t.dim(), t.data_ptr() & 15, t.get_device())``, per unannotated
-  integer whether it fits in int32, per constexpr its value. Every fact the
-  specialization depends on is in the key (dtype, rank, the pointer's residue mod 16,
-  which decides 16-byte alignment and element alignment, the device, the scalar widths,
-  the constexprs, and whether each size fact ``(tensor, dim, n)`` that a specialization
-  of this profile can use holds) or re-checked by the entry (the index width);
+* a **dispatcher**, generated once per *profile* (the Python type of each argument, each
+  tensor's rank). ``kern[grid]`` is then a bound method of its generated function, whose
+  parameters are the kernel's own (so Python binds the call; defaults are the kernel's,
+  anything else is a sentinel, extra arguments land in ``*``/``**`` catch-alls and miss).
+  It checks the argument types and computes a **key** from torch's cheapest attributes:
+  per tensor its dtype, ``data_ptr() & 15`` (16-byte and element alignment), device,
+  whether its span fits in int32, the stride facts (unit last stride, 16-byte row
+  strides), per unannotated integer whether it fits in int32, per constexpr its value,
+  and whether each size fact ``(tensor, dim, n)`` that a specialization of this profile
+  can use holds (``cover``). Every fact a loaded kernel's variant depends on is in the key
+  or re-checked by packing (a 32-bit slot refuses a value past 2^31);
   ``test_fastpath_covers_the_specialization`` checks that a new ``TensorSpec`` or
-  ``gpu.Variant`` field is added to the key.
-* per key, an **entry**, generated once per (specialization, device): it checks the
-  grid against the device's limits (int compares), reads each tensor's sizes and
-  strides, re-checks that each tensor's index width is the one it was specialized for
-  (a 32-bit kernel needs span, extents and strides below 2^31: exact, so a tensor that
-  needs the other width misses to the next entry of the key, or to the slow path),
-  packs every ABI slot with ONE ``struct.pack_into`` into the kernel's argument buffer
-  (the ``void*[]`` of ``kernelParams`` points into it, built once) and makes ONE
-  ``cuLaunchKernel`` through ctypes on torch's current stream
-  (``torch._C._cuda_getCurrentRawStream``).
+  ``gpu.Variant`` field is added here.
+* per key, an **entry** (``make_entry``), built once per variant: its own buffer holding
+  ``cuLaunchKernelEx``'s launch configuration (grid, block, shared bytes, stream) followed
+  by the kernel's argument slots, the ``void*[]`` of ``kernelParams`` pointing into it,
+  and the ``struct.pack_into`` that writes both. A hit checks the grid against the
+  device's limits (int compares), packs everything with ONE ``pack_into`` and makes ONE
+  ``cuLaunchKernelEx`` through ctypes with four pre-built arguments (the configuration,
+  the function, the parameter array, NULL) on torch's current stream
+  (``torch._C._cuda_getCurrentRawStream``) or ``stream=``.
 
 Anything unusual (another type, an unseen key, a grid out of range, a value that does
-not fit its slot, a stream not seen before, a driver error such as no current context on
-this thread) returns ``MISS`` *before* anything is queued, and the caller runs the full
-slow path, which launches (and raises the precise error at the user's line) and
-installs the new key. So the fast path never decides an error itself: it is a cache in
-front of the slow path, and it is correct when every hit launches exactly what the slow
-path would. No synchronization, allocation or copy happens on it (kernels with
-``tk.device_assert`` read their status word after the launch, as on the slow path), so
-launches can be captured in a CUDA graph.
+not fit its slot, a driver error such as no current context on this thread) is a *miss*
+*before* anything is queued, and the full slow path runs, which launches (and raises the
+precise error at the user's line) and installs the new key. So the fast path never
+decides an error itself: it is a cache in front of the slow path, and it is correct when
+every hit launches exactly what the slow path would. No synchronization, allocation or
+copy happens on it (kernels with ``tk.device_assert`` read their status word after the
+launch, as on the slow path), so launches can be captured in a CUDA graph.
 
 What it skips, by design: the ``TILEKIT_INTERPRET`` environment variable is read when a
 launch takes the slow path (``knobs.override(interpret=True)`` turns the fast path off
@@ -47,6 +47,7 @@ import ctypes
 import dataclasses
 import inspect
 import keyword
+import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -61,8 +62,8 @@ from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpe
 
 MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
 
-# The facts of a TensorSpec the key and the entries cover. A new field must be added to
-# the key (``_tensor_key``) or to the entry's checks before it may be listed here.
+# The facts of a TensorSpec the key covers. A new field must be added to the key
+# (``_source``) before it may be listed here.
 COVERED_TENSOR_FACTS = frozenset({"dtype", "rank", "index", "aligned16", "unit_inner",
                                   "strides16"})
 # The facts of a loaded kernel's variant (``gpu.Variant``) besides its specialization and
@@ -78,6 +79,13 @@ SLOT_FORMATS: dict[str, str] = {
     "uint16": "H", "uint32": "I", "uint64": "Q", "float16": "e", "bfloat16": "H",
     "float32": "f", "float64": "d",
 }
+
+# cuLaunchKernelEx's CUlaunchConfig (``driver.LaunchConfig``) as a struct format: grid x y
+# z, block x y z, dynamic shared bytes, padding, the stream handle, then attrs = NULL and
+# numAttrs = 0 (written as zero bytes). An entry's buffer is this configuration followed by
+# the argument slots, so that one pack_into writes both.
+CONFIG_FORMAT = "<7I4xQ16x"
+CONFIG_BYTES = struct.calcsize(CONFIG_FORMAT)
 
 
 def slot_layout(dtypes: Sequence[str]) -> tuple[str, tuple[int, ...], int]:
@@ -103,33 +111,28 @@ def _bf16_bits(value: Any) -> int:
     return int(np.asarray(value).astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
-def fits_int32(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """The rule of ``device_arrays.index_dtype_for`` (int32 when every offset, extent and
-    stride of the view fits)."""
-    from tilekit.rt.device_arrays import index_dtype_for
-
-    return index_dtype_for(tuple(shape), tuple(strides)) is DType.INT32
+def _empty_grid(*grid: Any) -> bool:
+    """Whether a grid that failed the limits check is one the slow path launches nothing
+    for: non-negative ints, one of them 0."""
+    return all(type(g) is int and g >= 0 for g in grid) and 0 in grid
 
 
-# --- streams ------------------------------------------------------------------------------
-
-# Stream handle -> what cuLaunchKernel is passed (a ctypes pointer, None for stream 0).
-# Filled by the slow path (``remember_stream``), so an unseen stream is a miss, not a
-# branch on every call.
-_streams: dict[int, Any] = {0: None}
+# torch dtype -> the mask of a stride (in elements) whose bytes are a multiple of 16 when
+# it is 0: 16 // gcd(itemsize, 16) - 1. Filled at install (``note_dtype``); a dtype not in
+# it is a miss.
+_row_masks: dict[Any, int] = {}
 
 
-def remember_stream(handle: int) -> None:
-    if handle not in _streams:
-        if len(_streams) > 256:  # graph captures make streams: keep this bounded
-            _streams.clear()
-            _streams[0] = None
-        _streams[handle] = ctypes.c_void_p(handle)
+def note_dtype(dtype: Any, itemsize: int) -> None:
+    _row_masks[dtype] = 16 // math.gcd(itemsize, 16) - 1
 
 
 # --- profiles -----------------------------------------------------------------------------
 
 TENSOR, INT, SCALAR, CONST = "tensor", "int", "scalar", "const"
+
+# Names the generated code takes from the builtins: a parameter may not shadow them.
+_BUILTINS = frozenset({"type", "len", "int", "tuple", "Exception", "None"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +145,6 @@ class ArgPlan:
     name: str
     kind: str
     type: type | None
-    has_default: bool
     rank: int = 0
     bf16: bool = False
 
@@ -150,9 +152,7 @@ class ArgPlan:
 @dataclasses.dataclass(frozen=True)
 class Profile:
     args: tuple[ArgPlan, ...]
-    npos: int  # positional arguments of the call
-    kwnames: tuple[str, ...]  # keyword arguments of the call (parameters), in call order
-    stream_kw: bool  # the call passed stream= (the launch option)
+    stream_option: bool  # ``stream=`` is the launch's option (no parameter of that name)
 
 
 def _is_torch_tensor(value: Any) -> bool:
@@ -160,8 +160,7 @@ def _is_torch_tensor(value: Any) -> bool:
         hasattr(value, "get_device")
 
 
-def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any], npos: int,
-               kwnames: Sequence[str], stream_kw: bool) -> Profile | None:
+def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any]) -> Profile | None:
     """The profile of a call that the slow path just launched, or None when the fast
     path cannot repeat it (an array that is not a torch tensor, an odd scalar)."""
     facts = dict(spec.args)
@@ -169,30 +168,30 @@ def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any], npos: 
         return None  # the specialization grew a fact the key does not cover
     plans = []
     for param in kern.params:
-        if param.name.startswith("_tk_") or keyword.iskeyword(param.name):
+        if param.name.startswith("_tk_") or keyword.iskeyword(param.name) or \
+                param.name in _BUILTINS:
             return None
         value = bound[param.name]
         fact = facts.get(param.name)
-        has_default = param.default is not inspect.Parameter.empty
         if isinstance(fact, ConstSpec):
-            plans.append(ArgPlan(param.name, CONST, None, has_default))
+            plans.append(ArgPlan(param.name, CONST, None))
         elif isinstance(fact, TensorSpec):
             if not _is_torch_tensor(value) or value.get_device() < 0:
                 return None
-            plans.append(ArgPlan(param.name, TENSOR, type(value), has_default, fact.rank))
+            plans.append(ArgPlan(param.name, TENSOR, type(value), fact.rank))
         elif isinstance(fact, ScalarSpec):
             t = type(value)
             if not (t in (int, float, bool) or issubclass(t, np.generic)):
                 return None
             ranged = param.dtype is None and issubclass(t, (int, np.integer)) and \
                 not issubclass(t, (bool, np.bool_))
-            plans.append(ArgPlan(param.name, INT if ranged else SCALAR, t, has_default,
+            plans.append(ArgPlan(param.name, INT if ranged else SCALAR, t,
                                  bf16=fact.dtype is DType.BFLOAT16))
         else:
             return None
     if not any(p.kind == TENSOR for p in plans):
         return None
-    return Profile(tuple(plans), npos, tuple(kwnames), stream_kw)
+    return Profile(tuple(plans), not getattr(kern, "_stream_is_param", False))
 
 
 def canonical_slots(profile: Profile) -> list[tuple[SlotKind, str, int]]:
@@ -209,153 +208,171 @@ def canonical_slots(profile: Profile) -> list[tuple[SlotKind, str, int]]:
     return out
 
 
-# --- the dispatcher (per kernel and profile) ----------------------------------------------
+# --- the generated code -------------------------------------------------------------------
+
+CALL, TRY, KEY = "call", "try", "key"
 
 
-def _dispatch_source(kern: Any, profile: Profile, as_method: bool,
-                     key_only: bool = False, facts: Sequence[SizeFact] = ()) -> str:
-    """Python source of the dispatcher: ``_tk_dispatch(_tk_grid, args, kwargs)``, or as a
-    ``__call__(self, *args, **kwargs)`` method of the kernel's launch class. Everything
-    up to the launch is in one ``try``: any surprise is a miss, before anything is
-    queued. ``facts`` are the size facts the key covers (whether each holds)."""
+def _signature(kern: Any, profile: Profile) -> str:
+    """``_tk_grid, /, <the kernel's parameters>, *_tk_more, [stream=,] **_tk_kw``: every
+    parameter defaults to its own default or to the sentinel ``_tk_U``, so a call of any
+    shape binds, and a wrong one misses (the slow path names the error)."""
+    params = list(kern.signature.parameters.values())
+
+    def one(p: inspect.Parameter) -> str:
+        return f"{p.name}=" + ("_tk_U" if p.default is p.empty else f"_tk_default_{p.name}")
+
+    posonly = [one(p) for p in params if p.kind is p.POSITIONAL_ONLY]
+    normal = [one(p) for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    kwonly = [one(p) for p in params if p.kind is p.KEYWORD_ONLY]
+    stream = ["stream=_tk_U"] if profile.stream_option else []
+    return ", ".join(["_tk_grid", *posonly, "/", *normal, "*_tk_more", *kwonly, *stream,
+                      "**_tk_kw"])
+
+
+def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str) -> str:
+    """Python source of one of the dispatcher's functions: ``_tk_call`` (what
+    ``kern[grid](...)`` runs: a miss runs ``_tk_fallback``), ``_tk_try`` (the same, but a
+    miss returns MISS) or ``_tk_key`` (the key of a call, or None). Everything up to the
+    launch is in one ``try``: any surprise is a miss, before anything is queued."""
     plans = profile.args
     names = [p.name for p in plans]
     tensors = [p for p in plans if p.kind == TENSOR]
     body: list[str] = []
     b = body.append
-    nkw = len(profile.kwnames) + (1 if profile.stream_kw else 0)
-    b(f"if len(args) != {profile.npos} or len(kwargs) != {nkw} or "
-      "_tk_overrides and _tk_overrides.get('TILEKIT_INTERPRET'):")
-    b("    raise _tk_Miss")
-    pos = names[:profile.npos]
-    if pos:
-        b(f"{', '.join(pos)}, = args")
-    for name in names[profile.npos:]:
-        if name in profile.kwnames:
-            b(f"{name} = kwargs[{name!r}]")
-        else:
-            b(f"{name} = _tk_default_{name}")
-    if profile.stream_kw:
-        b("_tk_stream = kwargs['stream']")
     checks = [f"type({p.name}) is not _tk_type_{p.name}" for p in plans if p.kind != CONST]
+    if mode != KEY:
+        checks += ["_tk_more", "_tk_kw",
+                   "_tk_overrides and _tk_overrides.get('TILEKIT_INTERPRET')"]
     b(f"if {' or '.join(checks)}:")
     b("    raise _tk_Miss")
     key: list[str] = []
     values: list[str] = []
     for j, p in enumerate(tensors):
         b(f"_tk_p{j} = {p.name}.data_ptr()")
+        dtype = f"{p.name}.dtype"
         if p.rank:  # unpacking checks the rank: another rank raises, a miss
             sizes = [f"_tk_n{j}_{a}" for a in range(p.rank)]
             strides = [f"_tk_s{j}_{a}" for a in range(p.rank)]
             b(f"{', '.join(sizes)}, = {p.name}.shape")
             b(f"{', '.join(strides)}, = {p.name}.stride()")
-            if p.rank > 1:  # once per tensor, for the 16-byte row-stride fact
-                b(f"_tk_e{j} = {p.name}.element_size()")
+            if p.rank > 1:  # the dtype's row-stride mask, for the 16-byte row fact
+                b(f"_tk_t{j} = {p.name}.dtype")
+                b(f"_tk_m{j} = _tk_row_masks[_tk_t{j}]")
+                dtype = f"_tk_t{j}"
         else:
             sizes, strides = [], []
             b(f"if {p.name}.dim(): raise _tk_Miss")
         values += [f"_tk_p{j}", *sizes, *strides]
-    b(f"_tk_d = {tensors[0].name}.get_device()")
+        dev = "_tk_d" if j == 0 else f"{p.name}.get_device()"
+        if j == 0:
+            b(f"_tk_d = {p.name}.get_device()")
+        key += [dtype, f"_tk_p{j} & 15", dev]
+        if p.rank:  # the span fits in int32 (torch strides are never negative)
+            span = " + ".join(f"(_tk_n{j}_{a} - 1) * _tk_s{j}_{a}" for a in range(p.rank))
+            key.append(f"{span} < {_I32}")
+            # the stride facts, exactly as lang.kernel.stride_facts computes them
+            last = p.rank - 1
+            key.append(f"_tk_n{j}_{last} == 1 or _tk_s{j}_{last} == 1")
+            if p.rank > 1:
+                rows = " and ".join(f"(_tk_n{j}_{a} == 1 or not _tk_s{j}_{a} & _tk_m{j})"
+                                    for a in range(last))
+                key.append(f"({rows})")
     for p in plans:
-        if p.kind == TENSOR:
-            j = tensors.index(p)
-            dev = "_tk_d" if j == 0 else f"{p.name}.get_device()"
-            key += [f"{p.name}.dtype", f"_tk_p{j} & 15", dev]
-            if p.rank:  # the span fits in int32 (torch strides are never negative)
-                span = " + ".join(f"(_tk_n{j}_{a} - 1) * _tk_s{j}_{a}" for a in range(p.rank))
-                key.append(f"{span} < {_I32}")
-                # the stride facts, exactly as lang.kernel.stride_facts computes them
-                last = p.rank - 1
-                key.append(f"_tk_n{j}_{last} == 1 or _tk_s{j}_{last} == 1")
-                if p.rank > 1:
-                    rows = " and ".join(
-                        f"(_tk_n{j}_{a} == 1 or (_tk_s{j}_{a} * _tk_e{j}) & 15 == 0)"
-                        for a in range(last))
-                    key.append(f"({rows})")
-        elif p.kind == INT:
+        if p.kind == INT:
             key.append(f"-2147483648 <= {p.name} <= 2147483647")
         elif p.kind == CONST:
             key.append(p.name)
     index = {p.name: j for j, p in enumerate(tensors)}
-    key += [f"_tk_n{index[name]}_{dim} % {n} == 0" for name, dim, n in facts]
+    for name, dim, n in facts:  # the size facts: (n - 1) & size == 0 for powers of two
+        size = f"_tk_n{index[name]}_{dim}"
+        key.append(f"not {size} & {n - 1}" if n & (n - 1) == 0 else f"{size} % {n} == 0")
     for p in plans:
         if p.kind in (INT, SCALAR):
             values.append(f"_tk_bf16({p.name})" if p.bf16 else p.name)
-    if key_only:  # the key's cost alone (bench/dispatch.py), and the key of an install
-        lines = ["def _tk_key(_tk_grid, args, kwargs):", "    try:"]
+
+    if mode == KEY:  # the key of a call (gpu.install; bench/dispatch.py times it)
+        lines = [f"def _tk_key({', '.join(names)}):", "    try:"]
         lines += ["        " + line for line in body]
         lines += [f"        return ({', '.join(key)},)", "    except Exception:",
                   "        return None"]
         return "\n".join(lines) + "\n"
-    b("(_tk_pack, _tk_buf, _tk_fh, _tk_threads, _tk_shared, _tk_params, _tk_status, _tk_mx, "
-      f"_tk_my, _tk_mz, _tk_check) = _tk_table[({', '.join(key)},)]")
+
+    b("(_tk_pack, _tk_buf, _tk_fh, _tk_params, _tk_threads, _tk_shared, _tk_mx, _tk_my, "
+      f"_tk_mz, _tk_check) = _tk_table[{', '.join(key)}]")
     # the grid: an int, a tuple of 1 to 3 ints, or a function of the arguments
     b("_tk_g = _tk_grid")
-    b("if type(_tk_g) is int:")
-    b("    _tk_gx = _tk_g; _tk_gy = _tk_gz = 1")
-    b("else:")
-    b("    if type(_tk_g) is not tuple:")
+    b("if type(_tk_g) is not tuple:")
+    b("    if type(_tk_g) is not int:")
     meta = ", ".join(f"{n!r}: {n}" for n in names)
     b(f"        _tk_g = _tk_g({{{meta}}})")
-    b("        if type(_tk_g) is int:")
-    b("            _tk_g = (_tk_g,)")
-    b("    _tk_n = len(_tk_g)")
-    b("    if _tk_n == 1:")
-    b("        _tk_gx, = _tk_g; _tk_gy = _tk_gz = 1")
-    b("        if type(_tk_gx) is not int: raise _tk_Miss")
-    b("    elif _tk_n == 2:")
-    b("        _tk_gx, _tk_gy = _tk_g; _tk_gz = 1")
-    b("        if type(_tk_gx) is not int or type(_tk_gy) is not int: raise _tk_Miss")
-    b("    else:")
-    b("        _tk_gx, _tk_gy, _tk_gz = _tk_g")
-    b("        if type(_tk_gx) is not int or type(_tk_gy) is not int or "
-      "type(_tk_gz) is not int: raise _tk_Miss")
-    b("if not (0 < _tk_gx <= _tk_mx and 0 < _tk_gy <= _tk_my and 0 < _tk_gz <= _tk_mz):")
-    b("    if _tk_gx >= 0 and _tk_gy >= 0 and _tk_gz >= 0 and "
-      "not (_tk_gx and _tk_gy and _tk_gz):")
-    b("        _tk_empty = True  # an empty grid: nothing to run")
-    b("    else:")
+    b("    if type(_tk_g) is int:")
+    b("        _tk_g = (_tk_g,)")
+    b("if len(_tk_g) == 1:")
+    b("    _tk_gx, = _tk_g")
+    b("    _tk_gy = _tk_gz = 1")
+    b("    if type(_tk_gx) is not int or not 0 < _tk_gx <= _tk_mx:")
+    b("        if _tk_empty_grid(_tk_gx):")
+    b("            return None  # nothing to run")
     b("        raise _tk_Miss  # the slow path names the limit")
     b("else:")
-    b("    _tk_empty = False")
-    # the stream
-    if profile.stream_kw:
-        b("if _tk_stream is None:")
-        b("    _tk_s = _tk_streams[_tk_current_stream(_tk_d)]")
-        b("elif type(_tk_stream) is int:")
-        b("    _tk_s = _tk_streams[_tk_stream]")
+    b("    if len(_tk_g) == 2:")
+    b("        _tk_gx, _tk_gy = _tk_g")
+    b("        _tk_gz = 1")
+    b("    else:")
+    b("        _tk_gx, _tk_gy, _tk_gz = _tk_g")
+    b("    if type(_tk_gx) is not int or type(_tk_gy) is not int or type(_tk_gz) is not int "
+      "or not (0 < _tk_gx <= _tk_mx and 0 < _tk_gy <= _tk_my and 0 < _tk_gz <= _tk_mz):")
+    b("        if _tk_empty_grid(_tk_gx, _tk_gy, _tk_gz):")
+    b("            return None")
+    b("        raise _tk_Miss")
+    # the stream: torch's current one on the tensors' device, or stream=
+    if profile.stream_option:
+        b("if stream is _tk_U or stream is None:")
+        b("    _tk_s = _tk_current_stream(_tk_d)")
+        b("elif type(stream) is int:")
+        b("    _tk_s = stream")
         b("else:")
-        b("    _tk_s = _tk_streams[_tk_stream_handle(_tk_stream, None)]")
+        b("    _tk_s = _tk_stream_handle(stream, None)")
     else:
-        b("_tk_s = _tk_streams[_tk_current_stream(_tk_d)]")
-    # one pack into the argument buffer ('i' slots refuse values past int32: a miss)
-    b(f"_tk_pack(_tk_buf, 0, {', '.join(values + ['_tk_status'])})")
+        b("_tk_s = _tk_current_stream(_tk_d)")
+    # one pack: the launch configuration, then every slot but the status word (written
+    # once); 'i' slots refuse values past int32 (a miss)
+    b("_tk_pack(_tk_buf, 0, _tk_gx, _tk_gy, _tk_gz, _tk_threads, 1, 1, _tk_shared, _tk_s, "
+      f"{', '.join(values)})")
 
-    miss = "return self._miss(args, kwargs)" if as_method else "return _tk_MISS"
-    lines = ["def __call__(self, *args, **kwargs):" if as_method else
-             "def _tk_dispatch(_tk_grid, args, kwargs):"]
-    if as_method:
-        lines.append("    _tk_grid = self.grid")
-    lines.append("    try:")
+    stream_arg = "stream" if profile.stream_option else "_tk_U"
+    miss = (f"return _tk_fallback(_tk_grid, ({', '.join(names)},), _tk_more, {stream_arg}, "
+            "_tk_kw)" if mode == CALL else "return _tk_MISS")
+    lines = [f"def _tk_{mode}({_signature(kern, profile)}):", "    try:"]
     lines += ["        " + line for line in body]
     lines += ["    except Exception:",
               f"        {miss}",
-              "    if _tk_empty:",
-              "        return None",
-              "    try:",
-              "        if _tk_launch(_tk_fh, _tk_gx, _tk_gy, _tk_gz, _tk_threads, 1, 1, "
-              "_tk_shared, _tk_s, _tk_params, None):",
-              f"            {miss}  # nothing was queued: the slow path retries, names errors",
-              "    except _tk_ArgumentError:",
-              f"        {miss}",
+              "    if _tk_launch(_tk_buf, _tk_fh, _tk_params, None):",
+              f"        {miss}  # nothing was queued: the slow path retries, names errors",
               "    if _tk_check is not None:  # tk.device_assert: read the status word",
-              "        _tk_check_status(_tk_check, 0 if _tk_s is None else _tk_s.value, None)",
+              "        _tk_check_status(_tk_check, _tk_s, None)",
               "    return None"]
     return "\n".join(lines) + "\n"
 
 
 class _Miss(Exception):
     pass
+
+
+class _Unset:
+    """The default of a parameter the call did not pass (the slow path names the error)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+# --- the dispatcher (per kernel and profile) ----------------------------------------------
 
 
 class Dispatcher:
@@ -371,33 +388,32 @@ class Dispatcher:
         self.specs: dict[tuple[Any, ...], Specialization] = {}
         self.facts: tuple[SizeFact, ...] = ()  # the size facts the key covers
         self.env: dict[str, Any] = {
-            "_tk_Miss": _Miss, "_tk_MISS": MISS, "_tk_table": self.table,
-            "_tk_streams": _streams, "_tk_overrides": knobs._overrides,
+            "_tk_Miss": _Miss, "_tk_MISS": MISS, "_tk_U": _UNSET, "_tk_table": self.table,
+            "_tk_overrides": knobs._overrides, "_tk_row_masks": _row_masks,
             "_tk_current_stream": current_stream, "_tk_stream_handle": stream_handle,
-            "_tk_launch": launch_fn, "_tk_ArgumentError": ctypes.ArgumentError,
-            "_tk_check_status": check_status, "_tk_bf16": _bf16_bits,
+            "_tk_launch": launch_fn, "_tk_check_status": check_status,
+            "_tk_bf16": _bf16_bits, "_tk_empty_grid": _empty_grid,
+            "_tk_fallback": self._fallback,
         }
-        defaults = {p.name: p.default for p in kern.params}
+        for name, param in kern.signature.parameters.items():
+            if param.default is not param.empty:
+                self.env[f"_tk_default_{name}"] = param.default
         for plan in profile.args:
             self.env[f"_tk_type_{plan.name}"] = plan.type
-            if plan.has_default:
-                self.env[f"_tk_default_{plan.name}"] = defaults[plan.name]
+        self._params = [(p.name, p.kind) for p in kern.signature.parameters.values()]
         self._generate()
 
     def _generate(self) -> None:
-        kern, profile, env, facts = self.kern, self.profile, self.env, self.facts
-        self.source = _dispatch_source(kern, profile, as_method=False, facts=facts)
-        exec(compile(self.source, f"<tilekit dispatch {kern.name}>", "exec"), env)
-        key_source = _dispatch_source(kern, profile, as_method=False, key_only=True,
-                                      facts=facts)
-        exec(compile(key_source, f"<tilekit key {kern.name}>", "exec"), env)
-        self.key_fn: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = env["_tk_key"]
-        self.dispatch: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = \
-            env["_tk_dispatch"]
-        method = _dispatch_source(kern, profile, as_method=True, facts=facts)
-        exec(compile(method, f"<tilekit launch {kern.name}>", "exec"), env)
-        self.method: Callable[..., Any] = env["__call__"]
-        self.launch_cls: Any = None  # made by LoadedKernels.activate
+        kern, env = self.kern, self.env
+        self.sources: dict[str, str] = {}
+        for mode in (CALL, TRY, KEY):
+            text = _source(kern, self.profile, self.facts, mode)
+            exec(compile(text, f"<tilekit {mode} {kern.name}>", "exec"), env)
+            self.sources[mode] = text
+        # call(grid, *args, **kwargs): kern[grid] binds it to the grid (a method object)
+        self.call: Callable[..., None] = env["_tk_call"]
+        self.try_fn: Callable[..., Any] = env["_tk_try"]
+        self.key_fn: Callable[..., tuple[Any, ...] | None] = env["_tk_key"]
 
     def cover(self, candidates: Sequence[SizeFact]) -> bool:
         """Make the key say whether each of ``candidates`` holds (a specialization's size
@@ -412,14 +428,19 @@ class Dispatcher:
         self._generate()
         return True
 
-    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The key the dispatcher computes for a call (None when it would miss before)."""
-        return self.key_fn(None, args, kwargs)
+    def dispatch(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Launch on the fast path, or return MISS (having queued nothing)."""
+        return self.try_fn(grid, *args, **kwargs)
+
+    def key(self, values: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The key for a call with these parameter values (in the kernel's order), or None
+        when such a call would miss before the table."""
+        return self.key_fn(*values)
 
     def add(self, key: tuple[Any, ...], spec: Specialization, loaded: Any) -> bool:
         """Put an entry for ``loaded`` under ``key``, unless the key has one (the first
-        stays: a key's facts decide its specialization but for degenerate views, e.g. an
-        extent past 2^31 with stride 0, whose 64-bit kernel the slow path keeps running)."""
+        stays: a key's facts decide its variant but for degenerate views, e.g. an extent
+        past 2^31 with stride 0, whose 64-bit kernel the slow path keeps running)."""
         if key in self.table:
             return False
         entry = make_entry(self.profile, loaded)
@@ -429,12 +450,38 @@ class Dispatcher:
         self.specs[key] = spec
         return True
 
+    def _fallback(self, grid: Any, values: tuple[Any, ...], more: tuple[Any, ...],
+                  stream: Any, extra: dict[str, Any]) -> None:
+        """A miss of the generated call: rebuild the call's arguments (positional-only
+        parameters positionally, all of them when there were extra positional ones, the
+        rest by keyword) and let the other profiles, then the slow path, run it."""
+        from tilekit.rt.launcher import Launch
+
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        positional = True
+        for (name, kind), value in zip(self._params, values):
+            if value is _UNSET:
+                positional = False
+            elif kind is inspect.Parameter.KEYWORD_ONLY:
+                kwargs[name] = value
+            elif more or (positional and kind is inspect.Parameter.POSITIONAL_ONLY):
+                args.append(value)
+            else:
+                kwargs[name] = value
+        args += more
+        if stream is not _UNSET:
+            kwargs["stream"] = stream
+        kwargs.update(extra)
+        Launch(self.kern, grid)._miss(tuple(args), kwargs, self)
+
 
 def make_entry(profile: Profile, loaded: Any) -> tuple[Any, ...] | None:
-    """What a hit needs of a loaded kernel, in the dispatcher's order: (pack, buffer,
-    function, threads, shared bytes, kernelParams, status pointer, grid limits x y z,
-    the loaded kernel when its status word must be read). None when the kernel's slots
-    are not in the ABI's order (the slow path then serves it)."""
+    """What a hit needs of a loaded kernel, in the generated code's order: (pack, buffer,
+    function, kernelParams, threads, shared bytes, grid limits x y z, the loaded kernel
+    when its status word must be read). The buffer is the launch configuration followed
+    by the slots, the status word written once. None when the kernel's slots are not in
+    the ABI's order (the slow path then serves it)."""
     compiled = loaded.compiled
     if compiled.prints:  # the slow path synchronizes to flush tk.device_print's output
         return None
@@ -442,7 +489,15 @@ def make_entry(profile: Profile, loaded: Any) -> tuple[Any, ...] | None:
              for p in compiled.params]
     if slots != canonical_slots(profile):
         return None
+    dtypes = [p.dtype for p in compiled.params]
+    _, offsets, size = slot_layout(dtypes)
+    per_call = CONFIG_FORMAT + slot_layout(dtypes[:-1])[0][1:]  # all but the status word
+    buffer = (ctypes.c_char * (CONFIG_BYTES + size))()
+    struct.pack_into("<" + SLOT_FORMATS[dtypes[-1]], buffer, CONFIG_BYTES + offsets[-1],
+                     loaded.status_ptr)
+    base = ctypes.addressof(buffer) + CONFIG_BYTES
+    params = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
     mx, my, mz = loaded.props.max_grid
-    return (loaded.pack, loaded.buffer, ctypes.c_void_p(loaded.function.handle),
-            compiled.block_threads, compiled.shared_bytes, ctypes.c_void_p(loaded.params_ptr),
-            loaded.status_ptr, mx, my, mz, loaded if compiled.asserts else None)
+    return (struct.Struct(per_call).pack_into, buffer, ctypes.c_void_p(loaded.function.handle),
+            params, compiled.block_threads, compiled.shared_bytes, mx, my, mz,
+            loaded if compiled.asserts else None)

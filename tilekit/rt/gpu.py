@@ -219,13 +219,12 @@ def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None) -> N
 
 
 def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any],
-           stream_arg: Any, loc: SourceLoc | None,
-           call: tuple[int, tuple[str, ...], bool] | None = None) -> None:
+           stream_arg: Any, loc: SourceLoc | None, fast: bool = False) -> None:
     """Run ``kern`` on the GPU: every check before anything is queued; numpy arguments
     copied in, and back (only those the kernel writes, only when it succeeded).
 
-    ``call`` (positional count, keyword names, whether ``stream=`` was passed) lets a
-    launch of torch tensors install its key in the kernel's fast path."""
+    ``fast``: a successful launch of torch tensors installs its key in the kernel's fast
+    path."""
     from tilekit.rt.launcher import _resolve_grid, specialize_arguments
 
     spec, runtime = specialize_arguments(kern, bound, loc, device_arrays.describe)
@@ -287,9 +286,8 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         for s, tmp in backs:
             s.copy_back(tmp)
         ok = True
-        if call is not None and not staged:
-            fastpath.remember_stream(stream)
-            install(kern, spec, loaded, bound, call, kern.size_candidates(spec))
+        if fast and not staged:
+            install(kern, spec, loaded, bound, kern.size_candidates(spec))
     finally:
         if buffers:
             if not ok:
@@ -305,30 +303,29 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
 
 
 def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mapping[str, Any],
-            call: tuple[int, tuple[str, ...], bool],
             candidates: tuple[SizeFact, ...] = ()) -> bool:
     """Make the next launch like this one take the fast path (``fastpath``): find or
     generate the dispatcher of this call's profile, make its key cover the size facts
     ``candidates`` of this specialization, compute its key for these arguments, and put an
     entry for this variant under it. False when the call cannot be repeated on the fast
-    path (numpy or cupy arrays, odd scalars)."""
-    npos, kwnames, stream_kw = call
-    profile = fastpath.profile_of(kern, spec, bound, npos, kwnames, stream_kw)
-    if profile is None:
+    path (numpy or cupy arrays, odd scalars, a driver without ``cuLaunchKernelEx``)."""
+    profile = fastpath.profile_of(kern, spec, bound)
+    launch_ex = driver.launch_ex_fn()
+    if profile is None or launch_ex is None:
         return False
     fast = kern._loaded.fast
     dispatcher = fast.get(profile)
     if dispatcher is None:
         dispatcher = fastpath.Dispatcher(kern, profile, device_arrays.torch_current_stream(),
-                                         device_arrays.stream_handle, driver.launch_fn(),
+                                         device_arrays.stream_handle, launch_ex,
                                          _check_status)
         fast[profile] = dispatcher
     dispatcher.cover(candidates)  # may regenerate the dispatcher and empty its table
-    args = tuple(bound[p.name] for p in profile.args[:npos])
-    kwargs = {n: bound[n] for n in kwnames}
-    if stream_kw:
-        kwargs["stream"] = None  # the key does not depend on the stream
-    key = dispatcher.key(args, kwargs)
+    for plan in profile.args:
+        if plan.kind == fastpath.TENSOR and plan.rank > 1:  # the row-stride masks
+            value = bound[plan.name]
+            fastpath.note_dtype(value.dtype, value.element_size())
+    key = dispatcher.key([bound[p.name] for p in kern.params])
     if key is None:
         return False
     dispatcher.add(key, spec, loaded)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Mapping
+from types import MethodType
 from typing import Any
 
 import numpy as np
@@ -147,15 +148,18 @@ class JITKernel(KernelFunction):
 
     def __init__(self, fn: Callable[..., Any], passes: PassManager | None = None) -> None:
         super().__init__(fn, passes)
-        # kern[grid] makes one of these: Launch, or once the fast path has an entry, a
-        # subclass whose __call__ is the fast path's generated dispatcher
-        self._launch_cls: type[Launch] = Launch
+        # The fast path's generated function (fastpath.Dispatcher.call) once it has an
+        # entry: kern[grid] is then that function bound to the grid, else a Launch.
+        self._fast_call: Callable[..., None] | None = None
         # gpu.Variant (specialization, device ordinal, size facts) -> the loaded kernel
         self._loaded = LoadedKernels(self)
         self._stream_is_param = any(p.name == "stream" for p in self.params)
 
-    def __getitem__(self, grid: Any) -> Launch:
-        return self._launch_cls(self, grid)
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        call = self._fast_call
+        if call is None:
+            return Launch(self, grid)
+        return MethodType(call, grid)  # a method object: the cheapest callable to make
 
     def size_candidates(self, spec: Specialization) -> tuple[SizeFact, ...]:
         """The size facts ``(tensor, dim, n)`` the traced kernel of ``spec`` can use (its
@@ -202,19 +206,17 @@ class LoadedKernels(dict):  # type: ignore[type-arg]
         self.fast: dict[Any, Any] = {}
 
     def activate(self, dispatcher: Any) -> None:
-        """Make ``kern[grid](...)`` call ``dispatcher``'s generated ``__call__`` first."""
-        cls = getattr(dispatcher, "launch_cls", None)
-        if cls is None:
-            cls = type(f"Launch_{self.kernel.name}", (Launch,),
-                       {"__slots__": (), "__call__": dispatcher.method,
-                        "__doc__": Launch.__doc__})
-            dispatcher.launch_cls = cls
-        self.kernel._launch_cls = cls
+        """Make ``kern[grid](...)`` call ``dispatcher``'s generated function first."""
+        self.kernel._fast_call = dispatcher.call
+
+    def deactivate(self) -> None:
+        """Back to the slow path for every launch (the entries stay)."""
+        self.kernel._fast_call = None
 
     def clear(self) -> None:
         super().clear()
         self.fast.clear()
-        self.kernel._launch_cls = Launch
+        self.kernel._fast_call = None
 
 
 class Launch:
@@ -223,9 +225,9 @@ class Launch:
     torch's (or cupy's) current stream when such arrays are passed.
 
     This class's ``__call__`` is the full (slow) path; once a launch of torch tensors
-    succeeded, ``kern[grid]`` makes a subclass whose ``__call__`` is the fast path
-    (``tilekit.rt.fastpath``), which comes back to ``_miss`` when it cannot repeat the
-    launch."""
+    succeeded, ``kern[grid]`` is instead the fast path's generated function bound to the
+    grid (``tilekit.rt.fastpath``), which comes back to ``_miss`` when it cannot repeat
+    the launch."""
 
     __slots__ = ("kernel", "grid")
 
@@ -240,14 +242,13 @@ class Launch:
             # The message already names the user's line; tilekit's frames would only add noise.
             raise exc.with_traceback(None) from None
 
-    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """The active dispatcher could not repeat this launch: try the kernel's other
-        profiles, then the slow path."""
+    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], missed: Any = None) -> None:
+        """The fast path's dispatcher ``missed`` could not repeat this launch: try the
+        kernel's other profiles, then the slow path."""
         from tilekit.rt.fastpath import MISS
 
-        active = type(self).__call__
         for dispatcher in list(self.kernel._loaded.fast.values()):
-            if dispatcher.method is not active and \
+            if dispatcher is not missed and \
                     dispatcher.dispatch(self.grid, args, kwargs) is not MISS:
                 return
         Launch.__call__(self, *args, **kwargs)
@@ -256,10 +257,7 @@ class Launch:
         loc = user_loc()
         kern = self.kernel
         stream = None
-        stream_kw = "stream" in kwargs and not getattr(kern, "_stream_is_param", False)
-        call = (len(args), tuple(k for k in kwargs if k != "stream" or not stream_kw),
-                stream_kw)
-        if stream_kw:
+        if "stream" in kwargs and not getattr(kern, "_stream_is_param", False):
             stream = kwargs.pop("stream")
         bound = kern.bind(args, kwargs, loc)
         values = [bound[p.name] for p in kern.params]
@@ -270,7 +268,7 @@ class Launch:
         if backend.kind is device_arrays.BackendKind.CUDA:
             from tilekit.rt import gpu
 
-            gpu.launch(kern, self.grid, bound, values, stream, loc, call)
+            gpu.launch(kern, self.grid, bound, values, stream, loc, fast=True)
             return
         spec, runtime = specialize_arguments(kern, bound, loc)
         grid = _resolve_grid(self.grid, {**spec.constexprs, **bound}, loc)
