@@ -42,45 +42,91 @@ def default_num_warps(module: Module) -> int:
     return 8 if largest >= 8192 else 4
 
 
-def emit_binary(text: str, tgt: Target, kernel: str, uses_libdevice: bool,
-                loc=None) -> tuple[bytes, str, str]:
-    """LLVM IR text of one kernel -> (PTX text or an AMDGCN object, its kind, the IR that
-    ``TILEKIT_DUMP=llvm`` shows): libdevice linked when used, everything but the kernel
-    internalized and the unused dropped, the O3 pipeline, the target's printer."""
+def parse_ir(text: str, tgt: Target, kernel: str, loc=None):  # -> llvm.ModuleRef
+    """The kernel's LLVM IR text parsed and verified (its own code only: libdevice, linked
+    later, is NVIDIA's verified bitcode; verifying it again cost ~20 ms per kernel). A
+    verifier failure is a tilekit bug, reported as a ``LoweringError``."""
     import llvmlite.binding as llvm
 
-    from tilekit.codegen import libdevice
-
     tm = _target_machine(tgt)
-    link = tgt.is_nvidia and uses_libdevice
     try:
         mod = llvm.parse_assembly(text)
         mod.triple = tgt.triple
         mod.data_layout = str(tm.target_data)
-        if link:
-            libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
         mod.verify()
     except RuntimeError as exc:
         raise LoweringError(f"internal error: LLVM rejected the code for `{kernel}` on "
                             f"{tgt.name}: {exc}", loc,
                             hints=["please report this with TILEKIT_DUMP=layout,llvm output"]
                             ) from None
-    llvm_text = str(mod) if should_dump("llvm") else text
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
-    if link:
-        # Everything but the kernel internal (libdevice's ~500 functions in one C++ pass,
-        # not one ffi call each), then drop what no one calls before O3 looks at it.
-        internalize = llvm.create_new_module_pass_manager()
-        internalize.add_internalize_pass()
-        internalize.run(mod, pb)
-        mod.get_function(kernel).linkage = llvm.Linkage.external
-        dce = llvm.create_new_module_pass_manager()
-        dce.add_global_dead_code_eliminate_pass()
-        dce.run(mod, pb)
+    return mod
+
+
+def link_math(mod, tgt: Target, kernel: str, loc=None) -> None:
+    """Link libdevice into ``mod``, make everything but the kernel internal (libdevice's
+    ~500 functions in one C++ pass, not one ffi call each) and drop what no one calls, so
+    that ``optimize`` sees the few functions used."""
+    import llvmlite.binding as llvm
+
+    from tilekit.codegen import libdevice
+
+    tm = _target_machine(tgt)
+    try:
+        libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
+    except RuntimeError as exc:
+        raise LoweringError(f"internal error: linking libdevice into `{kernel}` failed: "
+                            f"{exc}", loc) from None
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
+    internalize = llvm.create_new_module_pass_manager()
+    internalize.add_internalize_pass()
+    internalize.run(mod, pb)
+    mod.get_function(kernel).linkage = llvm.Linkage.external
+    dce = llvm.create_new_module_pass_manager()
+    dce.add_global_dead_code_eliminate_pass()
+    dce.run(mod, pb)
+
+
+#: LLVM's default pipeline at this speed level runs on every kernel (``default<O3>``).
+#: Measured on softmax 1000x4097 (bench/compile.py --offline --llvm-opt N): O1 costs
+#: ~15% less than O3 (35 vs 42 ms) but its SASS differs both ways (over ~1000 kernels of
+#: the differential suite: 461 smaller, 376 larger, matmul and dot up to +56/+144
+#: instructions), so O3 stays; the time goes to InstCombine and CVP on the lowered IR's
+#: size, not to passes that could be dropped. The backend's own passes run at O3 too.
+SPEED_LEVEL = 3
+
+
+def optimize(mod, tgt: Target) -> None:
+    """LLVM's ``default<O{SPEED_LEVEL}>`` module pipeline on ``mod``, in place (for NVPTX
+    it includes NVVMReflect, which folds libdevice's ``__nvvm_reflect`` queries, and
+    inlines the libdevice functions used)."""
+    import llvmlite.binding as llvm
+
+    pb = llvm.create_pass_builder(
+        _target_machine(tgt), llvm.create_pipeline_tuning_options(speed_level=SPEED_LEVEL))
     pb.getModulePassManager().run(mod, pb)
+
+
+def emit_code(mod, tgt: Target) -> tuple[bytes, str]:
+    """The target machine's output for an optimized module: PTX text or an AMDGCN
+    object, and its kind."""
+    tm = _target_machine(tgt)
     if tgt.is_nvidia:
-        return tm.emit_assembly(mod).encode(), "ptx", llvm_text
-    return tm.emit_object(mod), "elf", llvm_text
+        return tm.emit_assembly(mod).encode(), "ptx"
+    return tm.emit_object(mod), "elf"
+
+
+def emit_binary(text: str, tgt: Target, kernel: str, uses_libdevice: bool,
+                loc=None) -> tuple[bytes, str, str]:
+    """LLVM IR text of one kernel -> (PTX text or an AMDGCN object, its kind, the IR that
+    ``TILEKIT_DUMP=llvm`` shows): ``parse_ir``, ``link_math`` when libdevice is used
+    (NVPTX), ``optimize``, ``emit_code``."""
+    mod = parse_ir(text, tgt, kernel, loc)
+    if tgt.is_nvidia and uses_libdevice:
+        link_math(mod, tgt, kernel, loc)
+    llvm_text = str(mod) if should_dump("llvm") else text
+    optimize(mod, tgt)
+    binary, kind = emit_code(mod, tgt)
+    return binary, kind, llvm_text
 
 
 def compile_module(module: Module, target: str | Target = "sm_90a",

@@ -1,0 +1,106 @@
+"""The driver's LLVM steps (``parse_ir``, ``link_math``, ``optimize``, ``emit_code``),
+offline: what each guarantees, and that the examples' 128-bit global accesses survive
+the pipeline (SASS read with cuobjdump, when installed)."""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+from tilekit.codegen import driver, sass
+from tilekit.codegen.mathlib import MathLib
+from tilekit.codegen.target import get_target
+from tilekit.errors import LoweringError
+from tilekit.rt import link
+
+SM90 = get_target("sm_90a")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def kernel_text(use_exp: bool) -> str:
+    """A one-block NVPTX kernel ``out[0] = f(x)`` with f = expf (libdevice) or identity."""
+    m = ir.Module("k")
+    m.triple = SM90.triple
+    f32 = ir.FloatType()
+    ptr = ir.PointerType(f32, 1)
+    fn = ir.Function(m, ir.FunctionType(ir.VoidType(), [ptr, f32]), "k")
+    fn.calling_convention = "ptx_kernel"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    value = fn.args[1]
+    math = MathLib.for_target(SM90.triple)
+    if use_exp:
+        from tilekit.ir.dtypes import DType
+
+        value = math.call(b, "exp", DType.FLOAT32, value)
+    b.store(value, fn.args[0])
+    b.ret_void()
+    assert bool(math.used) == use_exp
+    return str(m)
+
+
+def test_parse_ir_reports_invalid_ir_as_a_lowering_error_naming_the_kernel():
+    bad = kernel_text(False).replace("ret void", "ret i32 0")
+    with pytest.raises(LoweringError, match="LLVM rejected the code for `k` on sm_90a"):
+        driver.parse_ir(bad, SM90, "k")
+
+
+def test_math_is_linked_inlined_and_reflected_away():
+    ptx, kind, _ = driver.emit_binary(kernel_text(True), SM90, "k", True)
+    text = ptx.decode()
+    assert kind == "ptx" and ".entry k" in text
+    assert "__nv_" not in text and "__nvvm_reflect" not in text  # inlined, folded
+    assert "ex2.approx" in text  # libdevice's expf
+
+
+def test_link_math_leaves_only_the_kernel_external():
+    import llvmlite.binding as llvm
+
+    mod = driver.parse_ir(kernel_text(True), SM90, "k")
+    driver.link_math(mod, SM90, "k")
+    defined = [f for f in mod.functions if not f.is_declaration]
+    assert {f.name for f in defined} >= {"k", "__nv_expf"}
+    assert len(defined) < 10  # libdevice's ~500 functions dropped before optimize
+    assert [f.name for f in defined if f.linkage == llvm.Linkage.external] == ["k"]
+
+
+def test_the_dumped_llvm_is_the_input_without_the_knob():
+    text = kernel_text(False)
+    assert driver.emit_binary(text, SM90, "k", False)[2] == text
+
+
+# --- the examples' SASS: 128-bit global loads and stores survive the pipeline ------------
+
+
+def _trace(name: str):
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        mod = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    if name == "softmax":
+        x = np.zeros((1000, 4097), np.float32)
+        return mod.softmax.trace(x, np.empty_like(x), N=4097)
+    if name == "layer_norm":
+        x = np.zeros((67, 1001), np.float32)
+        w = np.zeros(1001, np.float32)
+        return mod.layer_norm.trace(x, w, w.copy(), np.empty_like(x), 1001, 1e-5, BLOCK=256)
+    x = np.zeros(100_003, np.float32)
+    return mod.add.trace(x, x.copy(), np.empty_like(x), 100_003, BLOCK=1024)
+
+
+@pytest.mark.skipif(not (link.available() and sass.available()),
+                    reason="needs nvJitLink and cuobjdump (pip install nvidia-nvjitlink "
+                           "nvidia-cuda-cuobjdump)")
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "vector_add"])
+def test_example_keeps_its_128_bit_global_accesses(name: str):
+    compiled = driver.compile_module(_trace(name), "sm_90a")
+    cubin = link.link_ptx(compiled.binary, "sm_90a", compiled.name)
+    ops = collections.Counter(i.split()[0] for i in sass.instructions(sass.disassemble(cubin)))
+    assert ops["LDG.E.128"] > 0 and ops["STG.E.128"] > 0, dict(ops)
+    assert not ops["LDL"] and not ops["STL"], dict(ops)  # no spills
