@@ -3,19 +3,32 @@
 * **cold**: a fresh process with an empty ``TILEKIT_CACHE_DIR`` launches the softmax of
   ``examples/softmax.py`` once; timed inside it (torch and the CUDA context are set up
   before the clock starts): from the launch call to its return (trace, passes, layouts,
-  lowering, LLVM O3 and PTX, nvJitLink, the disk cache write, module load, launch), with
+  lowering, LLVM and PTX, nvJitLink, the disk cache write, module load, launch), with
   the breakdown by stage (each stage's function wrapped with a timer).
 * **warm**: a fresh process whose cache directory holds the kernel already: from before
   ``import tilekit`` to the first launch returned (and to its result synchronized).
+* **offline** (``--offline``, no GPU, no torch): the cold run's compile alone, as a launch
+  does it up to the module load: trace, the cache key, ``compile_module``, nvJitLink, the
+  cache write, for the same arguments as numpy arrays, targeting ``--arch`` (sm_90a).
+
+Python bytecode: the children import tilekit from compiled bytecode, as an installed
+package does (a private ``PYTHONPYCACHEPREFIX``, filled by one discarded run first, and
+``PYTHONDONTWRITEBYTECODE`` dropped); ``--source-imports`` keeps the environment's setting
+(with ``PYTHONDONTWRITEBYTECODE=1`` every import compiles tilekit's sources: ~20 ms more
+for the codegen imports and ~25 ms more inside the lowering, which imports lazily).
 
 Medians over ``--processes`` processes each. Targets (issue 7): cold < 0.5 s; warm first
-launch within 50 ms of ``import tilekit``.
+launch within 50 ms of ``import tilekit``. The LLVM pipeline measured is
+``tilekit.codegen.driver.SPEED_LEVEL`` (``default<O1>``); ``--llvm-opt N`` measures
+``default<ON>`` instead (the child sets the constant; a comparison, not a setting).
 
-    python3 bench/compile.py [--out DIR] [--processes 3]
+    python3 bench/compile.py [--out DIR] [--processes 3] [--offline] [--llvm-opt N]
+                             [--source-imports]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -33,16 +46,24 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 import common  # noqa: E402  (bench/common.py)
 
 ROWS, COLS = 1000, 4097
-STAGES = ["trace + passes", "import codegen (llvmlite, layout)", "layouts", "lowering",
-          "LLVM O3 + PTX", "nvJitLink", "module load", "other (describe, cache, checks)"]
+ARCH = "sm_90a"  # the offline mode's target (--arch)
+LLVM_OPT: int | None = None  # --llvm-opt: measure default<ON> instead of the driver's level
+# The LLVM stages are tilekit.codegen.driver's steps: parse_ir (parse, verify), link_math
+# (libdevice), optimize (the pass pipeline), emit_code (the PTX printer); "IR text" is the
+# rest of compile_module (mostly printing the lowered llvmlite.ir module to text).
+LLVM_STAGES = ["LLVM IR text (llvmlite.ir printing)", "LLVM parse + verify", "libdevice link",
+               "LLVM optimize", "LLVM PTX emission"]
+STAGES = ["trace + passes", "cache key", "import codegen (llvmlite, layout)", "layouts",
+          "lowering", *LLVM_STAGES, "nvJitLink load", "nvJitLink", "module load",
+          "other (describe, cache, checks)"]
 
 
 # --- in the child process -----------------------------------------------------------------
 
 
 def _wrap(obj: Any, name: str, label: str, times: dict[str, float]) -> None:
-    real = getattr(obj, name)
-    if getattr(real, "_bench_wrapped", False):
+    real = getattr(obj, name, None)  # None: an older checkout without this stage
+    if real is None or getattr(real, "_bench_wrapped", False):
         return
 
     def timed(*args: Any, **kwargs: Any) -> Any:
@@ -56,7 +77,62 @@ def _wrap(obj: Any, name: str, label: str, times: dict[str, float]) -> None:
     setattr(obj, name, timed)
 
 
+def _instrument(times: dict[str, float]) -> None:
+    """Wrap each stage's function with a timer (the cold and offline breakdowns)."""
+    import tilekit.codegen as codegen
+    from tilekit.lang.kernel import KernelFunction
+    from tilekit.rt import driver, gpu, link
+
+    _wrap(KernelFunction, "specialize", "trace + passes", times)
+    _wrap(gpu, "cache_key", "cache key", times)
+    _wrap(link, "available", "nvJitLink load", times)  # its first call loads the library
+    _wrap(link, "link_ptx", "nvJitLink", times)
+    _wrap(driver, "load_function", "module load", times)
+    real_compile = codegen.compile_module
+
+    def compile_module(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        import tilekit.codegen.driver as cg_driver  # llvmlite
+        import tilekit.codegen.lower as lower
+        import tilekit.layout.propagate as propagate
+
+        times["import codegen (llvmlite, layout)"] += time.perf_counter() - t
+        _wrap(propagate, "assign_layouts", "layouts", times)
+        _wrap(lower, "lower_function", "lowering", times)
+        for name, label in (("parse_ir", "LLVM parse + verify"), ("link_math", "libdevice link"),
+                            ("optimize", "LLVM optimize"), ("emit_code", "LLVM PTX emission")):
+            _wrap(cg_driver, name, label, times)
+        if LLVM_OPT is not None:
+            cg_driver.SPEED_LEVEL = LLVM_OPT
+        t = time.perf_counter()
+        try:
+            return real_compile(*args, **kwargs)
+        finally:
+            times["codegen"] += time.perf_counter() - t
+
+    codegen.compile_module = compile_module
+
+
+def _settle(out: dict[str, Any], times: dict[str, float]) -> None:
+    """The breakdown: the IR text as compile_module's rest, "other" as the launch's rest."""
+    stages = out["stages_ms"] = {k: v * 1e3 for k, v in times.items()}
+    stages["LLVM IR text (llvmlite.ir printing)"] = stages.pop("codegen", 0.0) - sum(
+        stages.get(k, 0.0) for k in ("layouts", "lowering", *LLVM_STAGES[1:]))
+    stages["other (describe, cache, checks)"] = out["launch_to_returned_ms"] - \
+        sum(stages.values())
+
+
+def _pipeline() -> str:
+    from tilekit.codegen import driver
+
+    level = getattr(driver, "SPEED_LEVEL", 3)  # 3: a checkout from before the constant
+    return f"default<O{LLVM_OPT if LLVM_OPT is not None else level}>"
+
+
 def child(mode: str) -> None:
+    if mode == "offline":
+        offline_child()
+        return
     import torch
 
     x = torch.randn(ROWS, COLS, device="cuda")
@@ -65,32 +141,10 @@ def child(mode: str) -> None:
     times: dict[str, float] = defaultdict(float)
     t_import = time.perf_counter()
     import tilekit  # noqa: F401
-    import tilekit.codegen as codegen
-    from tilekit.lang.kernel import KernelFunction
-    from tilekit.rt import cache, driver, link
+    from tilekit.rt import cache
 
     if mode == "cold":  # the breakdown (the warm run is timed bare)
-        _wrap(KernelFunction, "specialize", "trace + passes", times)
-        _wrap(link, "link_ptx", "nvJitLink", times)
-        _wrap(driver, "load_function", "module load", times)
-        real_compile = codegen.compile_module
-
-        def compile_module(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
-            import tilekit.codegen.driver  # noqa: F401  (llvmlite)
-            import tilekit.codegen.lower as lower
-            import tilekit.layout.propagate as propagate
-
-            times["import codegen (llvmlite, layout)"] += time.perf_counter() - t
-            _wrap(propagate, "assign_layouts", "layouts", times)
-            _wrap(lower, "lower_function", "lowering", times)
-            t = time.perf_counter()
-            try:
-                return real_compile(*args, **kwargs)
-            finally:
-                times["codegen"] += time.perf_counter() - t
-
-        codegen.compile_module = compile_module
+        _instrument(times)
     sys.path.insert(0, str(ROOT / "examples"))
     t_launch = time.perf_counter()
     from softmax import softmax
@@ -104,50 +158,130 @@ def child(mode: str) -> None:
            "import_to_returned_ms": (t_returned - t_import) * 1e3,
            "import_to_synchronized_ms": (t_done - t_import) * 1e3,
            "launch_to_returned_ms": (t_returned - t_launch) * 1e3,
-           "stages_ms": {k: v * 1e3 for k, v in times.items()}}
+           "pipeline": _pipeline()}
     if mode == "cold":
-        stages = out["stages_ms"]
-        stages["LLVM O3 + PTX"] = stages.pop("codegen", 0.0) - stages.get("layouts", 0.0) - \
-            stages.get("lowering", 0.0)
-        stages["other (describe, cache, checks)"] = out["launch_to_returned_ms"] - \
-            sum(stages.values())
+        _settle(out, times)
+    print("RESULT " + json.dumps(out))
+
+
+def offline_child() -> None:
+    """The cold compile without a GPU: what ``gpu._load`` does before the module load
+    (specialize, compile_cached: cache key, compile_module, nvJitLink, the cache write)."""
+    import numpy as np
+
+    x = np.random.default_rng(0).standard_normal((ROWS, COLS)).astype(np.float32)
+    y = np.empty_like(x)
+    times: dict[str, float] = defaultdict(float)
+    t_import = time.perf_counter()
+    import tilekit  # noqa: F401
+    from tilekit.codegen.size_facts import size_facts_holding
+    from tilekit.rt import cache, gpu, link
+    from tilekit.rt.arrays import HostArray
+    from tilekit.rt.launcher import specialize_arguments
+
+    _instrument(times)
+    sys.path.insert(0, str(ROOT / "examples"))
+    t_launch = time.perf_counter()
+    from softmax import softmax
+
+    spec, runtime = specialize_arguments(softmax, softmax.bind((x, y), {"N": COLS}, None), None)
+    module = softmax.specialize(spec)
+    divisible = size_facts_holding(softmax.size_candidates(spec),
+                                   {n: a.shape for n, a in runtime.items()
+                                    if isinstance(a, HostArray)})
+    entry = gpu.compile_cached(module, spec, ARCH, divisible=divisible)
+    t_returned = time.perf_counter()
+    out = {"mode": "offline", "ok": bool(entry.image) or not link.available(),
+           "linked": bool(entry.image), "stats": dict(cache.stats()),
+           "import_to_returned_ms": (t_returned - t_import) * 1e3,
+           "launch_to_returned_ms": (t_returned - t_launch) * 1e3,
+           "pipeline": _pipeline()}
+    _settle(out, times)
     print("RESULT " + json.dumps(out))
 
 
 # --- the parent ---------------------------------------------------------------------------
 
 
-def run_child(mode: str, cache_dir: str) -> dict[str, Any]:
+PYCACHE: str | None = None  # the children's PYTHONPYCACHEPREFIX (None: the environment's)
+
+
+def run_child(mode: str, cache_dir: str, extra: list[str]) -> dict[str, Any]:
     env = dict(os.environ, TILEKIT_CACHE_DIR=cache_dir,
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("TILEKIT_INTERPRET", None)
-    proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    if PYCACHE is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = PYCACHE
+    proc = subprocess.run([sys.executable, __file__, "--child", mode, *extra], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
     sys.exit(f"the {mode} child failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
 
+def stage_table(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Median ms per stage, and the LLVM stages' sum (the figure once called "LLVM O3 +
+    PTX", which did not include the IR text)."""
+    stages = {s: common.median([r["stages_ms"].get(s, 0.0) for r in runs]) for s in STAGES}
+    stages["(LLVM parse to PTX, the four stages)"] = common.median(
+        [sum(r["stages_ms"].get(s, 0.0) for s in LLVM_STAGES[1:]) for r in runs])
+    return stages
+
+
 def main() -> int:
-    if "--child" in sys.argv:
-        child(sys.argv[sys.argv.index("--child") + 1])
-        return 0
+    global ARCH, LLVM_OPT
     p = common.parser(__doc__.split("\n", 1)[0])
     p.add_argument("--processes", type=int, default=3)
+    p.add_argument("--offline", action="store_true",
+                   help="no GPU: time trace to linked cubin (no module load, no launch)")
+    p.add_argument("--arch", default=ARCH, help="the offline mode's target (sm_90a, sm_80)")
+    p.add_argument("--llvm-opt", type=int, choices=range(4), default=None,
+                   help="measure LLVM's default<ON> pipeline instead of the driver's")
+    p.add_argument("--source-imports", action="store_true",
+                   help="keep the environment's bytecode setting (PYTHONDONTWRITEBYTECODE)")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
-    common.require_gpu()
+    ARCH, LLVM_OPT = args.arch, args.llvm_opt
+    if args.child:
+        child(args.child)
+        return 0
+    extra = ["--arch", args.arch] + ([] if args.llvm_opt is None else
+                                     ["--llvm-opt", str(args.llvm_opt)])
+    with tempfile.TemporaryDirectory(prefix="tk_pycache_") as pycache:
+        return measure(args, extra, None if args.source_imports else pycache)
+
+
+def bytecode_note() -> str:
+    if PYCACHE is not None:
+        return "imports from bytecode (a private PYTHONPYCACHEPREFIX, filled first)"
+    off = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    return ("imports compile sources (PYTHONDONTWRITEBYTECODE is set)" if off else
+            "imports as the environment has them (--source-imports)")
+
+
+def measure(args: argparse.Namespace, extra: list[str], pycache: str | None) -> int:
+    global PYCACHE
+    PYCACHE = pycache
+    if not args.offline:
+        common.require_gpu()
+    if pycache is not None:  # one discarded run writes the bytecode
+        with tempfile.TemporaryDirectory(prefix="tk_fill_") as d:
+            run_child("offline" if args.offline else "cold", d, extra)
+    if args.offline:
+        return offline_main(args, extra)
     env = common.environment()
     common.print_header(env)
 
     colds, warms = [], []
     for _ in range(args.processes):
         with tempfile.TemporaryDirectory(prefix="tk_cold_") as d:
-            colds.append(run_child("cold", d))
+            colds.append(run_child("cold", d, extra))
     with tempfile.TemporaryDirectory(prefix="tk_warm_") as d:
-        run_child("cold", d)  # fills the cache
+        run_child("cold", d, extra)  # fills the cache
         for _ in range(args.processes):
-            warms.append(run_child("warm", d))
+            warms.append(run_child("warm", d, extra))
     bad = [r for r in colds + warms if not r["ok"]]
     if bad:
         sys.exit(f"softmax computed a wrong result in {len(bad)} process(es)")
@@ -161,8 +295,10 @@ def main() -> int:
     cold_ms = common.median([r["launch_to_returned_ms"] for r in colds])
     warm_ms = common.median([r["import_to_returned_ms"] for r in warms])
     warm_sync_ms = common.median([r["import_to_synchronized_ms"] for r in warms])
-    stages = {s: common.median([r["stages_ms"].get(s, 0.0) for r in colds]) for s in STAGES}
-    print(f"\nsoftmax {ROWS}x{COLS} float32, medians of {args.processes} processes:\n")
+    stages = stage_table(colds)
+    pipeline = colds[0]["pipeline"]
+    print(f"\nsoftmax {ROWS}x{COLS} float32, medians of {args.processes} processes; "
+          f"LLVM pipeline {pipeline}; {bytecode_note()}:\n")
     print(common.format_table(
         ["measure", "ms", "target ms"],
         [["cold: first launch, empty cache (trace to loaded cubin, launched)", cold_ms, 500.0],
@@ -171,10 +307,44 @@ def main() -> int:
     print("\ncold compile by stage (median ms):\n")
     print(common.format_table(["stage", "ms"], [[k, v] for k, v in stages.items()]))
     data = {"environment": env, "kernel": f"examples/softmax.py, {ROWS}x{COLS} float32",
+            "llvm_pipeline": pipeline, "bytecode": bytecode_note(),
             "cold_ms": cold_ms, "warm_import_to_launch_ms": warm_ms,
             "warm_import_to_synchronized_ms": warm_sync_ms, "cold_stages_ms": stages,
             "targets_ms": {"cold <": 500, "warm <": 50}, "cold_runs": colds, "warm_runs": warms}
     for path in common.write_json("compile", data, args.out):
+        print(f"# wrote {path}")
+    return 0
+
+
+def offline_main(args: argparse.Namespace, extra: list[str]) -> int:
+    """``--offline``: the cold compile in fresh processes, no GPU; its own JSON
+    (``compile_offline``), so the GPU figures are not overwritten."""
+    env = common.environment()
+    common.print_header(env)
+    runs = []
+    for _ in range(args.processes):
+        with tempfile.TemporaryDirectory(prefix="tk_offline_") as d:
+            runs.append(run_child("offline", d, extra))
+    if any(not r["ok"] for r in runs):
+        sys.exit("nvJitLink is available but a process produced no cubin")
+    if not runs[0]["linked"]:
+        print("# nvJitLink is not installed here: the figures stop at the PTX")
+    total = common.median([r["launch_to_returned_ms"] for r in runs])
+    stages = stage_table(runs)
+    stages.pop("module load", None)
+    pipeline = runs[0]["pipeline"]
+    print(f"\nsoftmax {ROWS}x{COLS} float32 for {args.arch}, offline (no module load, no "
+          f"launch), medians of {args.processes} processes; LLVM pipeline {pipeline}; "
+          f"{bytecode_note()}:\n")
+    print(common.format_table(["measure", "ms"],
+                              [["trace to linked cubin, empty cache", total]]))
+    print("\nby stage (median ms):\n")
+    print(common.format_table(["stage", "ms"], [[k, v] for k, v in stages.items()]))
+    data = {"environment": env, "kernel": f"examples/softmax.py, {ROWS}x{COLS} float32",
+            "arch": args.arch, "llvm_pipeline": pipeline, "bytecode": bytecode_note(),
+            "offline_ms": total,
+            "stages_ms": stages, "runs": runs}
+    for path in common.write_json("compile_offline", data, args.out):
         print(f"# wrote {path}")
     return 0
 
