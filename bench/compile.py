@@ -19,11 +19,12 @@ for the codegen imports and ~25 ms more inside the lowering, which imports lazil
 
 Medians over ``--processes`` processes each. Targets (issue 7): cold < 0.5 s; warm first
 launch within 50 ms of ``import tilekit``. The LLVM pipeline measured is
-``tilekit.codegen.driver.SPEED_LEVEL`` (``default<O1>``); ``--llvm-opt N`` measures
-``default<ON>`` instead (the child sets the constant; a comparison, not a setting).
+``tilekit.codegen.driver.SPEED_LEVEL`` (``default<O3>``); ``--llvm-opt N`` measures
+``default<ON>`` instead and ``--no-prefetch`` without the driver's libdevice prefetch
+thread (the child sets the driver's constants; comparisons, not settings).
 
     python3 bench/compile.py [--out DIR] [--processes 3] [--offline] [--llvm-opt N]
-                             [--source-imports]
+                             [--no-prefetch] [--source-imports]
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import common  # noqa: E402  (bench/common.py)
 ROWS, COLS = 1000, 4097
 ARCH = "sm_90a"  # the offline mode's target (--arch)
 LLVM_OPT: int | None = None  # --llvm-opt: measure default<ON> instead of the driver's level
+NO_PREFETCH = False  # --no-prefetch: libdevice parsed after the lowering, not during it
 # The LLVM stages are tilekit.codegen.driver's steps: parse_ir (parse, verify), link_math
 # (libdevice), optimize (the pass pipeline), emit_code (the PTX printer); "IR text" is the
 # rest of compile_module (mostly printing the lowered llvmlite.ir module to text).
@@ -104,6 +106,8 @@ def _instrument(times: dict[str, float]) -> None:
             _wrap(cg_driver, name, label, times)
         if LLVM_OPT is not None:
             cg_driver.SPEED_LEVEL = LLVM_OPT
+        if NO_PREFETCH:
+            cg_driver.PREFETCH_LIBDEVICE = False
         t = time.perf_counter()
         try:
             return real_compile(*args, **kwargs)
@@ -126,7 +130,9 @@ def _pipeline() -> str:
     from tilekit.codegen import driver
 
     level = getattr(driver, "SPEED_LEVEL", 3)  # 3: a checkout from before the constant
-    return f"default<O{LLVM_OPT if LLVM_OPT is not None else level}>"
+    prefetch = getattr(driver, "PREFETCH_LIBDEVICE", False) and not NO_PREFETCH
+    return (f"default<O{LLVM_OPT if LLVM_OPT is not None else level}>"
+            f"{', libdevice parsed during the lowering' if prefetch else ''}")
 
 
 def child(mode: str) -> None:
@@ -231,7 +237,7 @@ def stage_table(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def main() -> int:
-    global ARCH, LLVM_OPT
+    global ARCH, LLVM_OPT, NO_PREFETCH
     p = common.parser(__doc__.split("\n", 1)[0])
     p.add_argument("--processes", type=int, default=3)
     p.add_argument("--offline", action="store_true",
@@ -239,16 +245,19 @@ def main() -> int:
     p.add_argument("--arch", default=ARCH, help="the offline mode's target (sm_90a, sm_80)")
     p.add_argument("--llvm-opt", type=int, choices=range(4), default=None,
                    help="measure LLVM's default<ON> pipeline instead of the driver's")
+    p.add_argument("--no-prefetch", action="store_true",
+                   help="measure without the driver's libdevice prefetch thread")
     p.add_argument("--source-imports", action="store_true",
                    help="keep the environment's bytecode setting (PYTHONDONTWRITEBYTECODE)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
-    ARCH, LLVM_OPT = args.arch, args.llvm_opt
+    ARCH, LLVM_OPT, NO_PREFETCH = args.arch, args.llvm_opt, args.no_prefetch
     if args.child:
         child(args.child)
         return 0
     extra = ["--arch", args.arch] + ([] if args.llvm_opt is None else
                                      ["--llvm-opt", str(args.llvm_opt)])
+    extra += ["--no-prefetch"] if args.no_prefetch else []
     with tempfile.TemporaryDirectory(prefix="tk_pycache_") as pycache:
         return measure(args, extra, None if args.source_imports else pycache)
 

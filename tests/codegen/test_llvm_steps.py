@@ -104,3 +104,65 @@ def test_example_keeps_its_128_bit_global_accesses(name: str):
     ops = collections.Counter(i.split()[0] for i in sass.instructions(sass.disassemble(cubin)))
     assert ops["LDG.E.128"] > 0 and ops["STG.E.128"] > 0, dict(ops)
     assert not ops["LDL"] and not ops["STL"], dict(ops)  # no spills
+
+
+# --- libdevice parsed on a worker thread during the lowering ---------------------------
+
+
+def _traced_softmax(n: int = 33):
+    return _trace_kernel("softmax", n)
+
+
+def _trace_kernel(kind: str, n: int):
+    import tilekit as tk
+
+    if kind == "softmax":
+        @tk.kernel
+        def k(X, Y, N: tk.constexpr):
+            x = X.tile((1, N), (tk.program_id(0), 0)).load()
+            Y.tile((1, N), (tk.program_id(0), 0)).store(tk.exp(x - tk.max(x, axis=1,
+                                                                            keepdims=True)))
+    else:
+        @tk.kernel
+        def k(X, Y, N: tk.constexpr):
+            x = X.tile((1, N), (tk.program_id(0), 0)).load()
+            Y.tile((1, N), (tk.program_id(0), 0)).store(x * 2.0)
+
+    x = np.zeros((4, n), np.float32)
+    return k.trace(x, np.empty_like(x), N=n)
+
+
+def test_prefetch_starts_only_for_kernels_that_use_libdevice():
+    assert driver.LibdevicePrefetch.start(_trace_kernel("scale", 33), SM90) is None
+    assert driver.LibdevicePrefetch.start(_traced_softmax(), get_target("gfx942")) is None
+    prefetch = driver.LibdevicePrefetch.start(_traced_softmax(), SM90)
+    assert prefetch is not None
+    assert any(f.name == "__nv_expf" for f in prefetch.result().functions)
+
+
+def test_prefetched_and_inline_parses_give_the_same_ptx(monkeypatch):
+    module = _traced_softmax()
+    with_prefetch = driver.compile_module(module, "sm_90a").binary
+    monkeypatch.setattr(driver, "PREFETCH_LIBDEVICE", False)
+    assert driver.compile_module(module, "sm_90a").binary == with_prefetch
+
+
+def test_a_lowering_error_leaves_no_parse_running(monkeypatch):
+    import threading
+
+    import tilekit.codegen.lower as lower
+
+    def fail(*args, **kwargs):
+        raise LoweringError("lowering failed on purpose")
+
+    monkeypatch.setattr(lower, "lower_function", fail)
+    with pytest.raises(LoweringError, match="on purpose"):
+        driver.compile_module(_traced_softmax(), "sm_90a")
+    assert not [t for t in threading.enumerate() if t.name == "tilekit-libdevice"]
+
+
+def test_a_failed_prefetch_raises_where_libdevice_is_linked():
+    prefetch = driver.LibdevicePrefetch(b"not bitcode")
+    mod = driver.parse_ir(kernel_text(True), SM90, "k")
+    with pytest.raises(LoweringError, match="linking libdevice into `k` failed: .*bitcode"):
+        driver.link_math(mod, SM90, "k", prefetched=prefetch)

@@ -2,15 +2,17 @@
 
 ``compile_module`` runs, in order: ``assign_layouts`` (every tile gets a layout;
 ``TILEKIT_DUMP=layout`` prints the IR with them), ``lower_function`` (per-thread
-LLVM IR), libdevice linking when a transcendental needs it (NVPTX), LLVM's O3
-pipeline, and the target machine's assembly printer (PTX text) or object
-emitter (AMDGCN). An LLVM verifier failure is a tilekit bug and is reported as a
-``LoweringError`` naming the kernel, never as a raw LLVM message alone.
+LLVM IR), libdevice linking when a transcendental needs it (NVPTX; its bitcode is
+parsed on a worker thread meanwhile, ``LibdevicePrefetch``), LLVM's O3 pipeline, and
+the target machine's assembly printer (PTX text) or object emitter (AMDGCN). An LLVM
+verifier failure is a tilekit bug and is reported as a ``LoweringError`` naming the
+kernel, never as a raw LLVM message alone.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 
 from tilekit.codegen.artifact import CompiledKernel
 from tilekit.codegen.target import Target, get_target
@@ -62,17 +64,83 @@ def parse_ir(text: str, tgt: Target, kernel: str, loc=None):  # -> llvm.ModuleRe
     return mod
 
 
-def link_math(mod, tgt: Target, kernel: str, loc=None) -> None:
-    """Link libdevice into ``mod``, make everything but the kernel internal (libdevice's
-    ~500 functions in one C++ pass, not one ffi call each) and drop what no one calls, so
-    that ``optimize`` sees the few functions used."""
+# What the NVPTX lowering computes with libdevice (mathlib: everything but sqrt and rsqrt,
+# which are LLVM intrinsics there); float // and % call floor and fmod, which it misses.
+_LIBDEVICE_OPS = frozenset({"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "sin",
+                            "cos", "floor", "ceil", "pow", "atan2", "fmod"})
+
+
+#: Whether ``compile_module`` parses libdevice on a worker thread during the lowering
+#: (``LibdevicePrefetch``); bench/compile.py --no-prefetch measures without it.
+PREFETCH_LIBDEVICE = True
+
+
+class LibdevicePrefetch:
+    """libdevice's bitcode parsed on a worker thread while the kernel is laid out and
+    lowered: parsing its ~500 functions is ~30 ms of C++ that releases the GIL, and the
+    layouts and the lowering are pure Python (llvmlite.ir). The worker makes one ffi call
+    and nothing else (finding and reading the file happen here, first): each return from C
+    waits for the busy main thread to hand over the GIL. llvmlite runs ffi calls under one
+    lock, so the main thread's first LLVM call waits for the parse to end. Started only
+    for kernels whose IR has an op that libdevice computes on NVPTX, and only when
+    libdevice is found (else ``link_libdevice`` raises its error as before); joined before
+    ``compile_module`` returns or raises."""
+
+    def __init__(self, bitcode: bytes) -> None:
+        self._module = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._parse, args=(bitcode,), daemon=True,
+                                        name="tilekit-libdevice")
+        self._thread.start()
+
+    @staticmethod
+    def start(module: Module, tgt: Target) -> LibdevicePrefetch | None:
+        if not (PREFETCH_LIBDEVICE and tgt.is_nvidia
+                and any(op.name in _LIBDEVICE_OPS for op in module.walk())):
+            return None
+        from pathlib import Path
+
+        from tilekit.codegen import libdevice
+
+        path = libdevice.find_libdevice()
+        return None if path is None else LibdevicePrefetch(Path(path).read_bytes())
+
+    def _parse(self, bitcode: bytes) -> None:
+        import llvmlite.binding as llvm
+
+        try:
+            self._module = llvm.parse_bitcode(bitcode)
+        except BaseException as exc:  # re-raised by result(), in the compiling thread
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self):  # -> llvm.ModuleRef: libdevice, to be linked into one kernel
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._module
+
+
+def link_math(mod, tgt: Target, kernel: str, loc=None,
+              prefetched: LibdevicePrefetch | None = None) -> None:
+    """Link libdevice into ``mod`` (the module ``prefetched`` parsed, when given), make
+    everything but the kernel internal (libdevice's ~500 functions in one C++ pass, not one
+    ffi call each) and drop what no one calls, so that ``optimize`` sees the few functions
+    used."""
     import llvmlite.binding as llvm
 
     from tilekit.codegen import libdevice
 
     tm = _target_machine(tgt)
     try:
-        libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
+        if prefetched is not None:  # as libdevice.link_libdevice does, from the parse
+            lib = prefetched.result()
+            lib.triple, lib.data_layout = tgt.triple, str(tm.target_data)
+            mod.link_in(lib)
+        else:
+            libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
     except RuntimeError as exc:
         raise LoweringError(f"internal error: linking libdevice into `{kernel}` failed: "
                             f"{exc}", loc) from None
@@ -116,13 +184,14 @@ def emit_code(mod, tgt: Target) -> tuple[bytes, str]:
 
 
 def emit_binary(text: str, tgt: Target, kernel: str, uses_libdevice: bool,
-                loc=None) -> tuple[bytes, str, str]:
+                loc=None, prefetched: LibdevicePrefetch | None = None
+                ) -> tuple[bytes, str, str]:
     """LLVM IR text of one kernel -> (PTX text or an AMDGCN object, its kind, the IR that
     ``TILEKIT_DUMP=llvm`` shows): ``parse_ir``, ``link_math`` when libdevice is used
-    (NVPTX), ``optimize``, ``emit_code``."""
+    (NVPTX; the ``prefetched`` parse when there is one), ``optimize``, ``emit_code``."""
     mod = parse_ir(text, tgt, kernel, loc)
     if tgt.is_nvidia and uses_libdevice:
-        link_math(mod, tgt, kernel, loc)
+        link_math(mod, tgt, kernel, loc, prefetched)
     llvm_text = str(mod) if should_dump("llvm") else text
     optimize(mod, tgt)
     binary, kind = emit_code(mod, tgt)
@@ -147,19 +216,24 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
     if warps * tgt.warp_size > tgt.max_threads:
         raise LoweringError(f"{warps} warps of {tgt.warp_size} exceed {tgt.max_threads} "
                             f"threads per block on {tgt.name}", fn.loc)
-    laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
-    if should_dump("layout"):
-        dump(laid, "layout")
-    facts = [frozenset(getattr(fn, f, frozenset()))
-             for f in ("aligned16", "unit_inner", "strides16")]
-    lowering = lower_function(laid.kernel, tgt, warps, *facts, divisible)
-    if lowering.scratch_bytes > tgt.max_shared_bytes:
-        raise LoweringError(
-            f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory for "
-            f"its layout conversions and reductions; {tgt.name} has {tgt.max_shared_bytes}",
-            fn.loc, hints=["use smaller tiles"])
-    binary, kind, llvm_text = emit_binary(str(lowering.module), tgt, fn.name,
-                                          bool(lowering.math.used), fn.loc)
+    prefetch = LibdevicePrefetch.start(module, tgt)
+    try:
+        laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
+        if should_dump("layout"):
+            dump(laid, "layout")
+        facts = [frozenset(getattr(fn, f, frozenset()))
+                 for f in ("aligned16", "unit_inner", "strides16")]
+        lowering = lower_function(laid.kernel, tgt, warps, *facts, divisible)
+        if lowering.scratch_bytes > tgt.max_shared_bytes:
+            raise LoweringError(
+                f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory "
+                f"for its layout conversions and reductions; {tgt.name} has "
+                f"{tgt.max_shared_bytes}", fn.loc, hints=["use smaller tiles"])
+        binary, kind, llvm_text = emit_binary(str(lowering.module), tgt, fn.name,
+                                              bool(lowering.math.used), fn.loc, prefetch)
+    finally:
+        if prefetch is not None:
+            prefetch.join()  # no parse left running after an error, or for an unused result
     written = tuple(sorted({op.operands[0].name_hint for op in laid.walk()
                             if op.name in ("store", "tile_store", "atomic")
                             and op.operands[0].name_hint}))
