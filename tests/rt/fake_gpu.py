@@ -15,13 +15,14 @@ from __future__ import annotations
 import ctypes
 import itertools
 import struct
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from tilekit.codegen.artifact import CompiledKernel, ParamSlot, SlotKind
 from tilekit.ir.types import TensorType
 from tilekit.rt import device_arrays, driver, fastpath, gpu
+
+if TYPE_CHECKING:
+    import pytest
 
 PROPS = driver.DeviceProps(0, "Fake H100", (9, 0), 132, 227 * 1024,
                            (2**31 - 1, 65535, 65535), 1024, 80 << 30)

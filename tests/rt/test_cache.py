@@ -210,3 +210,61 @@ def test_two_processes_racing_on_a_cold_key_leave_one_valid_entry(tmp_path: Path
     with knobs.override(cache_dir=str(tmp_path)):
         module, spec = add_module()
         assert cache.load(gpu.cache_key(module, spec, "sm_90a")) is not None
+
+
+def test_a_warm_start_imports_no_compiler(tmp_path: Path) -> None:
+    """A new process whose disk cache holds the kernel launches it (the driver stubbed:
+    ``warm_start``) without importing llvmlite, islpy, sympy, the layout library or code
+    generation: the toolchain's versions in the cache key come from the stamp the first
+    process left (``cache.installed_tools``)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TILEKIT_CACHE_DIR", None)
+
+    def run(mode: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "tests.rt.warm_start", mode, str(tmp_path)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
+        return json.loads(line[len("RESULT "):])
+
+    cold = run("cold")
+    assert cold["stats"]["compiles"] == 1 and "llvmlite" in cold["modules"]
+    warm = run("warm")
+    assert warm["stats"]["disk_hits"] == 1 and warm["stats"]["compiles"] == 0
+    assert warm["modules"] == []
+
+
+def test_the_toolchain_stamp_follows_the_installation(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stamp answers while the installation's signature is unchanged; another
+    signature asks the tools again (and rewrites it)."""
+    asked = []
+
+    def now() -> dict[str, str]:
+        asked.append(1)
+        return {"compiler": "c", "llvmlite": "l", "llvm": "v", "nvjitlink": "n"}
+
+    monkeypatch.setattr(cache, "_installed_tools_now", now)
+    signature = ["one"]
+    monkeypatch.setattr(cache, "installation_signature", lambda: signature[0])
+    with knobs.override(cache_dir=str(tmp_path)):
+        for expected_asks, sig in ((1, "one"), (1, "one"), (2, "two"), (2, "two")):
+            cache.installed_tools.cache_clear()  # as in a new process
+            signature[0] = sig
+            assert cache.installed_tools()["llvm"] == "v"
+            assert len(asked) == expected_asks
+    cache.installed_tools.cache_clear()
+
+
+def test_the_installation_signature_sees_a_changed_compiler_source(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ir = tmp_path / "ir"
+    ir.mkdir()
+    (ir / "a.py").write_text("x = 1\n")
+    for folder in ("layout", "codegen"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.setattr(cache, "__file__", str(tmp_path / "rt" / "cache.py"))
+    first = cache.installation_signature()
+    assert cache.installation_signature() == first
+    (ir / "a.py").write_text("x = 22\n")
+    assert cache.installation_signature() != first

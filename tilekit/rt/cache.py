@@ -34,11 +34,10 @@ import contextlib
 import functools
 import hashlib
 import json
-import logging
 import os
 import pathlib
 import struct
-import tempfile
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,13 @@ from typing import Any
 from tilekit import knobs
 from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
 
-log = logging.getLogger("tilekit.cache")
+
+def _debug(message: str, *args: Any) -> None:
+    """Log at debug level on ``tilekit.cache`` (logging is imported when first needed: a
+    warm start writes nothing)."""
+    import logging
+
+    logging.getLogger("tilekit.cache").debug(message, *args)
 
 MAGIC = b"TKCACHE\0"
 FORMAT_VERSION = 1
@@ -93,44 +98,143 @@ def _kernels_dir() -> Path:
 # --- the key -------------------------------------------------------------------------------
 
 
+def _write_atomically(directory: Path, name: str, data: bytes) -> None:
+    """``directory/name`` := ``data``: written to a temporary file in the same directory,
+    fsync'd, then renamed over the name (readers see the old file or the new one)."""
+    import tempfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+_COMPILER_FOLDERS = ("ir", "layout", "codegen")
+
+
+def _compiler_sources() -> list[pathlib.Path]:
+    root = pathlib.Path(__file__).resolve().parents[1]
+    return sorted(path for folder in _COMPILER_FOLDERS for path in (root / folder).rglob("*.py"))
+
+
+def _source_stats(folder: str) -> Iterator[str]:
+    """``path size mtime`` of each ``.py`` file under ``folder`` (os.scandir: no Path
+    objects, one stat per file)."""
+    with os.scandir(folder) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.is_dir():
+                if entry.name != "__pycache__":
+                    yield from _source_stats(entry.path)
+            elif entry.name.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    st = entry.stat()
+                    yield f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n"
+
+
 @functools.cache
-@functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
     """A hash of the compiler's own source (IR, layouts, code generation): a development
     checkout that changes how code is generated must not load kernels built before."""
     root = pathlib.Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for folder in ("ir", "layout", "codegen"):
-        for path in sorted((root / folder).rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode())
-            digest.update(path.read_bytes())
+    for path in _compiler_sources():
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def toolchain() -> tuple[tuple[str, str], ...]:
-    """Versions of everything that turns IR into a loaded kernel (part of every key)."""
+def _installed_tools_now() -> dict[str, str]:
+    """The versions ``toolchain`` takes from the installation, asked of each tool: this
+    imports llvmlite's binding (which loads LLVM) and reads package metadata."""
     from importlib import metadata
 
-    from tilekit.rt import driver, link
+    from tilekit.rt import link
 
-    def dist(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "none"
-
-    import tilekit
-
+    try:
+        llvmlite_version = metadata.version("llvmlite")
+    except metadata.PackageNotFoundError:
+        llvmlite_version = "none"
     try:
         import llvmlite.binding as llvm
 
         llvm_version = ".".join(map(str, llvm.llvm_version_info))
     except Exception:  # llvmlite missing: codegen would fail anyway
         llvm_version = "none"
+    return {"compiler": compiler_fingerprint(), "llvmlite": llvmlite_version,
+            "llvm": llvm_version, "nvjitlink": link.version() or "none"}
+
+
+def installation_signature() -> str:
+    """A digest of what the installed tools' versions depend on, cheap to compute (no
+    import, no file read): the Python, the modification time of each ``sys.path`` folder
+    but the current directory (installing, upgrading or removing a package adds or removes
+    entries of its folder, which changes that time), and the size and modification time of
+    each compiler source file. Equal signatures: ``_installed_tools_now`` would answer the
+    same (a tool rebuilt in place under the same version is the case it misses)."""
+    import tilekit
+
+    digest = hashlib.sha256(f"{sys.version}\0{sys.prefix}\0{tilekit.__version__}".encode())
+    here = os.getcwd()
+    for folder in sys.path:
+        if not folder or folder == here:
+            continue
+        with contextlib.suppress(OSError):
+            digest.update(f"{folder}\0{os.stat(folder).st_mtime_ns}\n".encode())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder in _COMPILER_FOLDERS:
+        for line in _source_stats(os.path.join(root, folder)):
+            digest.update(line.encode())
+    return digest.hexdigest()
+
+
+def _stamp_name() -> str:
+    # one stamp per Python installation sharing the cache directory
+    return f"toolchain-{hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]}.json"
+
+
+@functools.cache
+def installed_tools() -> dict[str, str]:
+    """``_installed_tools_now()``, remembered in the cache directory under the
+    installation's signature: a new process with the same installation reads one small
+    file instead of loading LLVM and package metadata and hashing the compiler's source.
+    Any change of the signature asks the tools again and rewrites the stamp."""
+    signature = installation_signature()
+    path = cache_dir() / _stamp_name()
+    try:
+        stamp = json.loads(path.read_bytes())
+        if stamp.get("signature") == signature and isinstance(stamp.get("tools"), dict):
+            return {str(k): str(v) for k, v in stamp["tools"].items()}
+    except (OSError, ValueError):
+        pass
+    tools = _installed_tools_now()
+    text = json.dumps({"signature": signature, "tools": tools}, sort_keys=True).encode()
+    try:
+        _write_atomically(cache_dir(), path.name, text)
+    except OSError as exc:  # an unwritable cache: asked again next time
+        _debug("could not write %s: %s", path, exc)
+    return tools
+
+
+def toolchain() -> tuple[tuple[str, str], ...]:
+    """Versions of everything that turns IR into a loaded kernel (part of every key): tilekit
+    and its compiler's source, llvmlite and its LLVM, nvJitLink (``installed_tools``:
+    remembered across processes), the CUDA driver and the cache format."""
+    import tilekit
+    from tilekit.rt import driver
+
+    tools = installed_tools()
     gpu = driver.status()
-    return (("tilekit", tilekit.__version__), ("compiler", compiler_fingerprint()),
-            ("llvmlite", dist("llvmlite")),
-            ("llvm", llvm_version), ("nvjitlink", link.version() or "none"),
+    return (("tilekit", tilekit.__version__), ("compiler", tools["compiler"]),
+            ("llvmlite", tools["llvmlite"]), ("llvm", tools["llvm"]),
+            ("nvjitlink", tools["nvjitlink"]),
             ("cuda_driver", str(gpu.driver_version) if gpu.driver_version else "none"),
             ("cache_format", str(FORMAT_VERSION)))
 
@@ -247,29 +351,17 @@ def load(key: CacheKey) -> Entry | None:
         return decode(key, data)
     except BadEntry as exc:
         count("bad_entries")
-        log.debug("ignoring cache entry %s: %s", path, exc)
+        _debug("ignoring cache entry %s: %s", path, exc)
         return None
 
 
 def store(key: CacheKey, entry: Entry) -> None:
     """Write the entry atomically; a cache that cannot be written is not an error (the
     kernel still runs, it is just compiled again next time)."""
-    directory = _kernels_dir()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(encode(key, entry))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, directory / key.filename)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _write_atomically(_kernels_dir(), key.filename, encode(key, entry))
     except OSError as exc:
-        log.debug("could not write cache entry %s: %s", key.filename, exc)
+        _debug("could not write cache entry %s: %s", key.filename, exc)
 
 
 def get_or_build(key: CacheKey, build: Callable[[], Entry]) -> Entry:

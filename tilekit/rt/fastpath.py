@@ -381,12 +381,12 @@ class Dispatcher:
 
     def __init__(self, kern: Any, profile: Profile, current_stream: Callable[[int], int],
                  stream_handle: Callable[[Any, Any], int], launch_fn: Any,
-                 check_status: Callable[..., None]) -> None:
+                 check_status: Callable[..., None], facts: Sequence[SizeFact] = ()) -> None:
         self.kern = kern
         self.profile = profile
         self.table: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.specs: dict[tuple[Any, ...], Specialization] = {}
-        self.facts: tuple[SizeFact, ...] = ()  # the size facts the key covers
+        self.facts: tuple[SizeFact, ...] = tuple(sorted(set(facts)))  # what the key covers
         self.env: dict[str, Any] = {
             "_tk_Miss": _Miss, "_tk_MISS": MISS, "_tk_U": _UNSET, "_tk_table": self.table,
             "_tk_overrides": knobs._overrides, "_tk_row_masks": _row_masks,
@@ -405,11 +405,10 @@ class Dispatcher:
 
     def _generate(self) -> None:
         kern, env = self.kern, self.env
-        self.sources: dict[str, str] = {}
-        for mode in (CALL, TRY, KEY):
-            text = _source(kern, self.profile, self.facts, mode)
-            exec(compile(text, f"<tilekit {mode} {kern.name}>", "exec"), env)
-            self.sources[mode] = text
+        self.sources = {mode: _source(kern, self.profile, self.facts, mode)
+                        for mode in (CALL, TRY, KEY)}
+        text = "\n".join(self.sources.values())  # one compile: a first launch waits for it
+        exec(compile(text, f"<tilekit fast path {kern.name}>", "exec"), env)
         # call(grid, *args, **kwargs): kern[grid] binds it to the grid (a method object)
         self.call: Callable[..., None] = env["_tk_call"]
         self.try_fn: Callable[..., Any] = env["_tk_try"]

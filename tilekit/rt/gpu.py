@@ -318,9 +318,10 @@ def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mappin
     if dispatcher is None:
         dispatcher = fastpath.Dispatcher(kern, profile, device_arrays.torch_current_stream(),
                                          device_arrays.stream_handle, launch_ex,
-                                         _check_status)
+                                         _check_status, candidates)
         fast[profile] = dispatcher
-    dispatcher.cover(candidates)  # may regenerate the dispatcher and empty its table
+    else:
+        dispatcher.cover(candidates)  # may regenerate the dispatcher and empty its table
     for plan in profile.args:
         if plan.kind == fastpath.TENSOR and plan.rank > 1:  # the row-stride masks
             value = bound[plan.name]

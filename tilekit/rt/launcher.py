@@ -45,9 +45,7 @@ from tilekit.lang.kernel import (
     TensorSpec,
     stride_facts,
 )
-from tilekit.rt import interpreter
 from tilekit.rt.arrays import HostArray, is_array, to_host
-from tilekit.rt.memory import TensorBinding
 
 _SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
 
@@ -280,6 +278,9 @@ class Launch:
 
 def run_interpreted(module: Module, grid: tuple[int, ...], runtime: Mapping[str, Any],
                     loc: SourceLoc | None) -> None:
+    from tilekit.rt import interpreter  # not needed by a GPU launch
+    from tilekit.rt.memory import TensorBinding
+
     fn = module.kernel
     written = _written_tensors(fn)
     args: dict[Value, Any] = {}
