@@ -251,6 +251,19 @@ def test_wrong_calls_get_the_slow_paths_errors(fake: Driver) -> None:
     assert paths(fake) == ["slow"]
 
 
+def test_another_profile_hits_through_the_active_one(fake: Driver) -> None:
+    """Two profiles (a Python int and a numpy int for ``n``): the active dispatcher misses
+    the other's calls and hands them to the other profile's dispatcher, not the slow
+    path."""
+    x = FakeTensor((1000,))
+    run(x, x, x, 1000)
+    run(x, x, x, np.int64(1000))  # another profile: installed by the slow path
+    assert len(add._loaded.fast) == 2 and paths(fake) == ["slow", "slow"]
+    run(x, x, x, 1000)
+    run(x, x, x, np.int64(1000))
+    assert paths(fake)[2:] == ["fast", "fast"] and fake.loads == 1
+
+
 def test_a_launcher_can_be_kept_and_called_again(fake: Driver) -> None:
     x = FakeTensor((1000,))
     run(x, x, x, 1000)
@@ -279,12 +292,15 @@ def test_grid_forms_and_limits(fake: Driver) -> None:
     add[lambda meta: (meta["n"] // meta["BLOCK"], 1, 2)](x, x, x, 1000, BLOCK=BLOCK)
     add[lambda meta: 5](x, x, x, 1000, BLOCK=BLOCK)
     add[9](x, x, x, 1000, BLOCK=BLOCK)
-    assert [launch["grid"] for launch in fake.launches[1:]] == [(3, 2, 1), (7, 1, 2),
-                                                                (5, 1, 1), (9, 1, 1)]
-    assert fake.loads == 1 and paths(fake) == ["slow"] + ["fast"] * 4
+    add[np.int64(4)](x, x, x, 1000, BLOCK=BLOCK)  # numpy ints and lists, as the slow path
+    add[[3, np.int32(2)]](x, x, x, 1000, BLOCK=BLOCK)
+    assert [launch["grid"] for launch in fake.launches[1:]] == [
+        (3, 2, 1), (7, 1, 2), (5, 1, 1), (9, 1, 1), (4, 1, 1), (3, 2, 1)]
+    assert fake.loads == 1 and paths(fake) == ["slow"] + ["fast"] * 6
     before = len(fake.launches)
     add[(0, 5)](x, x, x, 1000, BLOCK=BLOCK)  # empty: nothing runs
     add[0](x, x, x, 1000, BLOCK=BLOCK)
+    add[(0,)](x, x, x, 1000, BLOCK=BLOCK)
     assert len(fake.launches) == before
     with pytest.raises(LaunchError, match=r"grid dimension 1 \(y\) is 70000"):
         add[(1, 70000)](x, x, x, 1000, BLOCK=BLOCK)  # the slow path names the error
@@ -296,6 +312,10 @@ def test_grid_forms_and_limits(fake: Driver) -> None:
         add[(-1, 0)](x, x, x, 1000, BLOCK=BLOCK)
     with pytest.raises(LaunchError, match="tuple of 1 to 3 ints"):
         add[(1, 1, 1, 1)](x, x, x, 1000, BLOCK=BLOCK)
+    with pytest.raises(LaunchError, match=r"grid dimension 0 \(x\) is 2147483648"):
+        add[2**31](x, x, x, 1000, BLOCK=BLOCK)
+    with pytest.raises(LaunchError, match="non-negative ints"):
+        add[(np.bool_(True),)](x, x, x, 1000, BLOCK=BLOCK)
     assert len(fake.launches) == before
 
 

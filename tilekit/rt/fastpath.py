@@ -111,10 +111,29 @@ def _bf16_bits(value: Any) -> int:
     return int(np.asarray(value).astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
-def _empty_grid(*grid: Any) -> bool:
-    """Whether a grid that failed the limits check is one the slow path launches nothing
-    for: non-negative ints, one of them 0."""
-    return all(type(g) is int and g >= 0 for g in grid) and 0 in grid
+def _grid3(grid: Any, meta: dict[str, Any], mx: int, my: int,
+           mz: int) -> tuple[int, int, int] | None:
+    """The grid as three ints within the device's limits, as ``launcher._resolve_grid``
+    reads it (a function of the arguments, an int or a tuple or list of 1 to 3 ints, numpy
+    ints too, no bools); None when it is empty (the slow path launches nothing). Anything
+    else raises: a miss, and the slow path names the error."""
+    if not isinstance(grid, (tuple, list, int, np.integer)):
+        grid = grid(meta)
+    if isinstance(grid, (int, np.integer)):
+        grid = (grid,)
+    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
+        raise _Miss
+    dims = []
+    for g in grid:
+        if not isinstance(g, (int, np.integer)) or isinstance(g, (bool, np.bool_)) or g < 0:
+            raise _Miss
+        dims.append(int(g))
+    if 0 in dims:
+        return None
+    gx, gy, gz = (*dims, 1, 1)[:3]
+    if not (gx <= mx and gy <= my and gz <= mz):
+        raise _Miss
+    return gx, gy, gz
 
 
 # torch dtype -> the mask of a stride (in elements) whose bytes are a multiple of 16 when
@@ -300,32 +319,25 @@ def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str) -
 
     b("(_tk_pack, _tk_buf, _tk_fh, _tk_params, _tk_threads, _tk_shared, _tk_mx, _tk_my, "
       f"_tk_mz, _tk_check) = _tk_table[{', '.join(key)}]")
-    # the grid: an int, a tuple of 1 to 3 ints, or a function of the arguments
-    b("_tk_g = _tk_grid")
-    b("if type(_tk_g) is not tuple:")
-    b("    if type(_tk_g) is not int:")
+    # the grid: a 1-tuple or an int of range checked here; any other form (a function of
+    # the arguments, 2 or 3 dims, numpy ints, a list, a value out of range) by _grid3
     meta = ", ".join(f"{n!r}: {n}" for n in names)
-    b(f"        _tk_g = _tk_g({{{meta}}})")
-    b("    if type(_tk_g) is int:")
-    b("        _tk_g = (_tk_g,)")
-    b("if len(_tk_g) == 1:")
+    b("_tk_g = _tk_grid")
+    b("if type(_tk_g) is tuple and len(_tk_g) == 1:")
     b("    _tk_gx, = _tk_g")
     b("    _tk_gy = _tk_gz = 1")
     b("    if type(_tk_gx) is not int or not 0 < _tk_gx <= _tk_mx:")
-    b("        if _tk_empty_grid(_tk_gx):")
-    b("            return None  # nothing to run")
-    b("        raise _tk_Miss  # the slow path names the limit")
+    b("        _tk_gx = None")
+    b("elif type(_tk_g) is int and 0 < _tk_g <= _tk_mx:")
+    b("    _tk_gx = _tk_g")
+    b("    _tk_gy = _tk_gz = 1")
     b("else:")
-    b("    if len(_tk_g) == 2:")
-    b("        _tk_gx, _tk_gy = _tk_g")
-    b("        _tk_gz = 1")
-    b("    else:")
-    b("        _tk_gx, _tk_gy, _tk_gz = _tk_g")
-    b("    if type(_tk_gx) is not int or type(_tk_gy) is not int or type(_tk_gz) is not int "
-      "or not (0 < _tk_gx <= _tk_mx and 0 < _tk_gy <= _tk_my and 0 < _tk_gz <= _tk_mz):")
-    b("        if _tk_empty_grid(_tk_gx, _tk_gy, _tk_gz):")
-    b("            return None")
-    b("        raise _tk_Miss")
+    b("    _tk_gx = None")
+    b("if _tk_gx is None:")
+    b(f"    _tk_g = _tk_grid3(_tk_g, {{{meta}}}, _tk_mx, _tk_my, _tk_mz)")
+    b("    if _tk_g is None:")
+    b("        return None  # an empty grid: nothing to run")
+    b("    _tk_gx, _tk_gy, _tk_gz = _tk_g")
     # the stream: torch's current one on the tensors' device, or stream=
     if profile.stream_option:
         b("if stream is _tk_U or stream is None:")
@@ -392,7 +404,7 @@ class Dispatcher:
             "_tk_overrides": knobs._overrides, "_tk_row_masks": _row_masks,
             "_tk_current_stream": current_stream, "_tk_stream_handle": stream_handle,
             "_tk_launch": launch_fn, "_tk_check_status": check_status,
-            "_tk_bf16": _bf16_bits, "_tk_empty_grid": _empty_grid,
+            "_tk_bf16": _bf16_bits, "_tk_grid3": _grid3,
             "_tk_fallback": self._fallback,
         }
         for name, param in kern.signature.parameters.items():
@@ -403,16 +415,30 @@ class Dispatcher:
         self._params = [(p.name, p.kind) for p in kern.signature.parameters.values()]
         self._generate()
 
-    def _generate(self) -> None:
+    def _generate(self, modes: tuple[str, ...] = (CALL, KEY)) -> None:
+        """Generate the functions of ``modes`` (in one compile: a first launch waits for
+        it); ``_tk_try`` waits until another profile's miss needs it."""
         kern, env = self.kern, self.env
-        self.sources = {mode: _source(kern, self.profile, self.facts, mode)
-                        for mode in (CALL, TRY, KEY)}
-        text = "\n".join(self.sources.values())  # one compile: a first launch waits for it
+        sources = {mode: _source(kern, self.profile, self.facts, mode) for mode in modes}
+        text = "\n".join(sources.values())
         exec(compile(text, f"<tilekit fast path {kern.name}>", "exec"), env)
-        # call(grid, *args, **kwargs): kern[grid] binds it to the grid (a method object)
-        self.call: Callable[..., None] = env["_tk_call"]
-        self.try_fn: Callable[..., Any] = env["_tk_try"]
-        self.key_fn: Callable[..., tuple[Any, ...] | None] = env["_tk_key"]
+        if CALL in modes:
+            self.sources: dict[str, str] = {}
+            # call(grid, *args, **kwargs): kern[grid] binds it to the grid (a method object)
+            self.call: Callable[..., None] = env["_tk_call"]
+            self.key_fn: Callable[..., tuple[Any, ...] | None] = env["_tk_key"]
+            self._try_fn: Callable[..., Any] | None = None
+        else:
+            self._try_fn = env["_tk_try"]
+        self.sources.update(sources)
+
+    @property
+    def try_fn(self) -> Callable[..., Any]:
+        """``_tk_try(grid, *args, **kwargs)``: a launch on the fast path, or MISS."""
+        if self._try_fn is None:
+            self._generate((TRY,))
+        assert self._try_fn is not None
+        return self._try_fn
 
     def cover(self, candidates: Sequence[SizeFact]) -> bool:
         """Make the key say whether each of ``candidates`` holds (a specialization's size
