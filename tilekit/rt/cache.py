@@ -175,16 +175,17 @@ def _installed_tools_now() -> dict[str, str]:
 def installation_signature() -> str:
     """A digest of what the installed tools' versions depend on, cheap to compute (no
     import, no file read): the Python, the modification time of each ``sys.path`` folder
-    but the current directory (installing, upgrading or removing a package adds or removes
-    entries of its folder, which changes that time), and the size and modification time of
-    each compiler source file. Equal signatures: ``_installed_tools_now`` would answer the
-    same (a tool rebuilt in place under the same version is the case it misses)."""
+    but the script's and the current directory (installing, upgrading or removing a package
+    adds or removes entries of its folder, which changes that time; a script's folder
+    changes for other reasons), and the size and modification time of each compiler source
+    file. Equal signatures: ``_installed_tools_now`` would answer the same (a tool rebuilt
+    in place under the same version, or installed next to the script, is what it misses)."""
     import tilekit
 
     digest = hashlib.sha256(f"{sys.version}\0{sys.prefix}\0{tilekit.__version__}".encode())
-    here = os.getcwd()
+    skip = {"", os.getcwd(), sys.path[0] if sys.path else ""}
     for folder in sys.path:
-        if not folder or folder == here:
+        if folder in skip:
             continue
         with contextlib.suppress(OSError):
             digest.update(f"{folder}\0{os.stat(folder).st_mtime_ns}\n".encode())
