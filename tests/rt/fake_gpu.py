@@ -8,6 +8,10 @@ traced arguments (``abi_compile``: no code generation, no binary), and ``cuLaunc
 configuration, the function and the argument slots they were given. So tests check what
 the runtime decides and packs (byte for byte what the slow path packs), not the device
 (``test_gpu.py`` does that).
+
+``FakeLibcuda`` is one level lower: a stand-in for libcuda itself, whose functions are C
+callbacks with cuda.h's prototypes, for ``driver.use_library``. With it, ``driver``'s own
+code runs (ctypes conversions included) without a GPU: ``warm_start.py`` uses it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,177 @@ if TYPE_CHECKING:
 
 PROPS = driver.DeviceProps(0, "Fake H100", (9, 0), 132, 227 * 1024,
                            (2**31 - 1, 65535, 65535), 1024, 80 << 30)
+
+
+_P = ctypes.POINTER
+_CUresult = ctypes.c_int
+_ptr = ctypes.c_void_p  # CUcontext, CUmodule, CUfunction, CUstream and void*
+_devptr = ctypes.c_uint64  # CUdeviceptr
+
+# cuda.h's prototypes (CUDA 13) of the symbols tilekit calls, written out independently of
+# driver._PROTOTYPES: a callback receives its arguments as these C types.
+_LIBCUDA: dict[str, tuple[Any, ...]] = {
+    "cuGetErrorName": (ctypes.c_int, _P(ctypes.c_char_p)),
+    "cuInit": (ctypes.c_uint,),
+    "cuDriverGetVersion": (_P(ctypes.c_int),),
+    "cuDeviceGetCount": (_P(ctypes.c_int),),
+    "cuDeviceGet": (_P(ctypes.c_int), ctypes.c_int),
+    "cuDeviceGetAttribute": (_P(ctypes.c_int), ctypes.c_int, ctypes.c_int),
+    "cuDeviceGetName": (ctypes.c_void_p, ctypes.c_int, ctypes.c_int),
+    "cuDeviceTotalMem_v2": (_P(ctypes.c_size_t), ctypes.c_int),
+    "cuDevicePrimaryCtxRetain": (_P(_ptr), ctypes.c_int),
+    "cuCtxGetCurrent": (_P(_ptr),),
+    "cuCtxSetCurrent": (_ptr,),
+    "cuCtxGetDevice": (_P(ctypes.c_int),),
+    "cuPointerGetAttribute": (ctypes.c_void_p, ctypes.c_int, _devptr),
+    "cuModuleLoadData": (_P(_ptr), ctypes.c_void_p),
+    "cuModuleGetFunction": (_P(_ptr), _ptr, ctypes.c_char_p),
+    "cuFuncSetAttribute": (_ptr, ctypes.c_int, ctypes.c_int),
+    "cuMemAlloc_v2": (_P(_devptr), ctypes.c_size_t),
+    "cuMemFree_v2": (_devptr,),
+    "cuMemcpyHtoDAsync_v2": (_devptr, ctypes.c_void_p, ctypes.c_size_t, _ptr),
+    "cuMemcpyDtoHAsync_v2": (ctypes.c_void_p, _devptr, ctypes.c_size_t, _ptr),
+    "cuMemsetD32Async": (_devptr, ctypes.c_uint, ctypes.c_size_t, _ptr),
+    "cuStreamSynchronize": (_ptr,),
+    "cuLaunchKernel": (_ptr, *[ctypes.c_uint] * 7, _ptr, _P(_ptr), _P(_ptr)),
+    "cuLaunchKernelEx": (ctypes.c_void_p, _ptr, _P(_ptr), _P(_ptr)),
+}
+
+_ERROR_NAMES = {0: b"CUDA_SUCCESS", 1: b"CUDA_ERROR_INVALID_VALUE",
+                2: b"CUDA_ERROR_OUT_OF_MEMORY", 201: b"CUDA_ERROR_INVALID_CONTEXT",
+                500: b"CUDA_ERROR_NOT_FOUND"}
+
+
+class FakeLibcuda:
+    """libcuda of one H100 (``PROPS``) that runs nothing: each symbol of ``_LIBCUDA`` is a
+    C callback of its prototype, answering as the driver would (out-parameters written,
+    handles handed out, a CUresult returned). ``calls`` lists the symbols called, in
+    order; ``fail`` maps a symbol to the CUresult it returns instead of succeeding."""
+
+    ATTRIBUTES = {1: PROPS.max_threads_per_block, 5: PROPS.max_grid[0],
+                  6: PROPS.max_grid[1], 7: PROPS.max_grid[2], 16: PROPS.sm_count,
+                  75: PROPS.capability[0], 76: PROPS.capability[1],
+                  97: PROPS.max_shared_optin}
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail: dict[str, int] = {}
+        self.current = 0  # the current context (one thread is enough here)
+        self.modules: list[bytes] = []
+        self.func_attrs: dict[tuple[int, int], int] = {}
+        self._next = itertools.count(0x10000, 0x100)
+        self._names = {k: ctypes.c_char_p(v) for k, v in _ERROR_NAMES.items()}
+        for symbol, argtypes in _LIBCUDA.items():
+            impl = getattr(self, "_" + symbol)
+            proto = ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)
+            setattr(self, symbol, proto(self._wrap(symbol, impl)))
+
+    def _wrap(self, symbol: str, impl: Any) -> Any:
+        def call(*args: Any) -> int:
+            self.calls.append(symbol)
+            if symbol in self.fail:
+                return self.fail[symbol]
+            return impl(*args) or 0
+        return call
+
+    def _cuGetErrorName(self, code: int, out: Any) -> int:
+        if code not in self._names:
+            out[0] = None
+            return 1
+        out[0] = self._names[code]
+        return 0
+
+    def _cuInit(self, flags: int) -> int:
+        return 1 if flags else 0
+
+    def _cuDriverGetVersion(self, out: Any) -> None:
+        out[0] = 13000
+
+    def _cuDeviceGetCount(self, out: Any) -> None:
+        out[0] = 1
+
+    def _cuDeviceGet(self, out: Any, ordinal: int) -> int:
+        if ordinal != 0:
+            return 101  # CUDA_ERROR_INVALID_DEVICE
+        out[0] = 0
+        return 0
+
+    def _cuDeviceGetAttribute(self, out: Any, attribute: int, dev: int) -> int:
+        if attribute not in self.ATTRIBUTES or dev != 0:
+            return 1
+        out[0] = self.ATTRIBUTES[attribute]
+        return 0
+
+    def _cuDeviceGetName(self, buf: int, length: int, dev: int) -> None:
+        ctypes.memmove(buf, PROPS.name.encode()[:length - 1] + b"\0",
+                       min(length, len(PROPS.name) + 1))
+
+    def _cuDeviceTotalMem_v2(self, out: Any, dev: int) -> None:
+        out[0] = PROPS.total_memory
+
+    def _cuDevicePrimaryCtxRetain(self, out: Any, dev: int) -> None:
+        out[0] = 0xC0C0
+
+    def _cuCtxGetCurrent(self, out: Any) -> None:
+        out[0] = self.current or None
+
+    def _cuCtxSetCurrent(self, ctx: int | None) -> None:
+        self.current = ctx or 0
+
+    def _cuCtxGetDevice(self, out: Any) -> int:
+        if not self.current:
+            return 201
+        out[0] = 0
+        return 0
+
+    def _cuPointerGetAttribute(self, data: int, attribute: int, ptr: int) -> int:
+        if attribute != 9:
+            return 1
+        ctypes.c_int.from_address(data).value = 0
+        return 0
+
+    def _cuModuleLoadData(self, out: Any, image: int) -> int:
+        if not self.current:
+            return 201
+        self.modules.append(ctypes.string_at(image, 4))
+        out[0] = next(self._next)
+        return 0
+
+    def _cuModuleGetFunction(self, out: Any, module: int, name: bytes) -> int:
+        if not module or not name:
+            return 500
+        out[0] = module + 1
+        return 0
+
+    def _cuFuncSetAttribute(self, function: int, attribute: int, value: int) -> None:
+        self.func_attrs[(function, attribute)] = value
+
+    def _cuMemAlloc_v2(self, out: Any, nbytes: int) -> int:
+        if nbytes > PROPS.total_memory:
+            return 2
+        out[0] = 0x7E00_0000_0000 + next(self._next)
+        return 0
+
+    def _cuMemFree_v2(self, ptr: int) -> None:
+        pass
+
+    def _cuMemcpyHtoDAsync_v2(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        pass
+
+    def _cuMemcpyDtoHAsync_v2(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        ctypes.memset(dst, 0, nbytes)  # device memory reads as zeros
+
+    def _cuMemsetD32Async(self, dst: int, value: int, count: int, stream: Any) -> None:
+        pass
+
+    def _cuStreamSynchronize(self, stream: Any) -> None:
+        pass
+
+    def _cuLaunchKernel(self, function: int, *rest: Any) -> int:
+        return 0 if function else 400  # CUDA_ERROR_INVALID_HANDLE
+
+    def _cuLaunchKernelEx(self, config: int, function: int, params: Any, extra: Any) -> int:
+        return 0 if function else 400
 
 
 class _Device:

@@ -213,10 +213,11 @@ def test_two_processes_racing_on_a_cold_key_leave_one_valid_entry(tmp_path: Path
 
 
 def test_a_warm_start_imports_no_compiler(tmp_path: Path) -> None:
-    """A new process whose disk cache holds the kernel launches it (the driver stubbed:
+    """A new process whose disk cache holds the kernel launches it (libcuda faked:
     ``warm_start``) without importing llvmlite, islpy, sympy, the layout library or code
     generation: the toolchain's versions in the cache key come from the stamp the first
-    process left (``cache.installed_tools``)."""
+    process left (``cache.installed_tools``); nor ``cuda.bindings`` or ``cuda.pathfinder``
+    (30-45 ms): the driver calls libcuda through ctypes."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("TILEKIT_CACHE_DIR", None)
 
@@ -232,6 +233,8 @@ def test_a_warm_start_imports_no_compiler(tmp_path: Path) -> None:
     warm = run("warm")
     assert warm["stats"]["disk_hits"] == 1 and warm["stats"]["compiles"] == 0
     assert warm["modules"] == []
+    assert {"cuInit", "cuDevicePrimaryCtxRetain", "cuModuleLoadData", "cuModuleGetFunction",
+            "cuLaunchKernel"} <= set(warm["driver_calls"])  # driver.py's own code ran
 
 
 def test_the_toolchain_stamp_follows_the_installation(tmp_path: Path,

@@ -7,44 +7,40 @@ cache, code generation when the cache is cold).
 prints one line ``RESULT {json}``: the milliseconds from before ``import tilekit`` to the
 import done and to the first launch returned, the cache's counters, and which compiler
 modules (llvmlite, islpy, sympy, tilekit.layout, tilekit.codegen.driver) and CUDA
-bindings were imported. numpy is imported before the clock starts, as torch does in a real
-program (``--torch-like``: also the standard modules torch imports, hashlib, json,
-logging...). The driver's stand-ins answer at once: on a GPU, ``cuInit``, loading the
-``cuda.bindings`` module and ``cuModuleLoadData`` come on top. ``tests/rt/test_cache.py``
-runs this to check that a warm start imports no compiler.
+bindings (``cuda.bindings``, ``cuda.pathfinder``) were imported, and the libcuda symbols
+called. numpy is imported before the clock starts, as torch does in a real program
+(``--torch-like``: also the standard modules torch imports, hashlib, json, logging...).
+libcuda is ``fake_gpu.FakeLibcuda``, whose functions answer at once, so ``driver``'s own
+code runs: on a GPU, the real ``cuInit``, ``cuDevicePrimaryCtxRetain`` and
+``cuModuleLoadData`` come on top. ``tests/rt/test_cache.py`` runs this to check that a
+warm start imports no compiler and no CUDA bindings.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
 import sys
 import time
+from typing import Any
 
 WATCHED = ("llvmlite", "llvmlite.binding", "islpy", "sympy", "tilekit.layout",
-           "tilekit.codegen.driver", "tilekit.codegen.lower", "cuda.bindings.driver",
-           "cuda.bindings.nvjitlink")
+           "tilekit.codegen.driver", "tilekit.codegen.lower", "cuda.bindings",
+           "cuda.bindings.driver", "cuda.bindings.nvjitlink", "cuda.pathfinder")
 
 
-def _stub_driver() -> None:
-    """The CUDA driver of an H100 that answers at once (nothing is loaded or launched)."""
+def _stub_driver() -> Any:
+    """libcuda of an H100 that answers at once (nothing is loaded or launched); torch's
+    current stream is the default one."""
+    from tests.rt.fake_gpu import FakeLibcuda
     from tilekit.rt import device_arrays, driver
 
-    props = driver.DeviceProps(0, "Stub H100", (9, 0), 132, 227 * 1024,
-                               (2**31 - 1, 65535, 65535), 1024, 80 << 30)
-    ret0 = ctypes.CDLL(None).fegetround  # returns 0 (success) whatever it is passed
-    ret0.restype = ctypes.c_int
-    driver.status = lambda: driver.GpuStatus(True, "", 1, 13000)
-    driver.use_device = lambda device, loc=None: None
-    driver.device_props = lambda ordinal=0: props
-    driver.load_function = lambda image, name, device, shared, loc=None: \
-        driver.LoadedFunction(None, None, 0x1000, device)
-    driver.launch_fn = lambda: ret0
-    driver.launch_ex_fn = lambda: ret0
+    lib = FakeLibcuda()
+    driver.use_library(lib)
     device_arrays.current_stream = lambda *args: 0
     device_arrays.torch_current_stream = lambda: (lambda device: 0)
+    return lib
 
 
 # Standard modules ``import torch`` has loaded before tilekit is imported (torch.hub,
@@ -64,7 +60,7 @@ def main(mode: str, cache_dir: str, torch_like: bool = False) -> dict[str, objec
     import tilekit  # noqa: F401
 
     t_import = time.perf_counter()
-    _stub_driver()
+    lib = _stub_driver()
     from examples.softmax import softmax
     from tests.rt.fake_gpu import FakeTensor
     from tilekit.rt import cache
@@ -75,7 +71,8 @@ def main(mode: str, cache_dir: str, torch_like: bool = False) -> dict[str, objec
     t_launch = time.perf_counter()
     return {"mode": mode, "import_ms": (t_import - t0) * 1e3,
             "import_to_launch_ms": (t_launch - t0) * 1e3, "stats": cache.stats(),
-            "modules": sorted(m for m in WATCHED if m in sys.modules)}
+            "modules": sorted(m for m in WATCHED if m in sys.modules),
+            "driver_calls": sorted(set(lib.calls))}
 
 
 if __name__ == "__main__":

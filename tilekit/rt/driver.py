@@ -1,9 +1,18 @@
-"""The CUDA driver, through ``cuda.bindings``: devices, the primary context, modules,
+"""The CUDA driver, through ctypes on libcuda: devices, the primary context, modules,
 memory, streams, and the launch call.
+
+libcuda is called directly (``ctypes.CDLL("libcuda.so.1")``, found as ``cuda.bindings``
+finds it), not through ``cuda.bindings``: importing those bindings costs 30-45 ms
+(``cuda.pathfinder`` a third of it), more than everything else a warm start does before
+its first launch. Every function has its C prototype (``_PROTOTYPES``, from ``cuda.h`` of
+CUDA 12/13, with the ``_v2`` symbols the header's macros name), so ctypes converts each
+argument to its exact C type; ``tests/rt/test_driver.py`` holds the prototypes to the
+declarations ``cuda.bindings`` ships. The launch calls (``launch_fn``, ``launch_ex_fn``)
+come from the same library without ``argtypes``, for speed.
 
 Every call's status is checked; a failure becomes a ``LaunchError`` (before the kernel
 runs) or an ``ExecutionError`` (reported by a synchronization, i.e. while it ran)
-carrying the driver's error name, a hint, and the user's line.
+carrying the driver's error name (``cuGetErrorName``), a hint, and the user's line.
 
 Contexts: tilekit uses each device's *primary* context (``cuDevicePrimaryCtxRetain``)
 and makes it current, as torch and cupy do, so pointers and streams from those
@@ -11,14 +20,14 @@ libraries are valid in tilekit's launches and the other way round.
 
 "No GPU" is a state, not an error: ``status()`` says whether the driver library loads,
 ``cuInit`` succeeds and a device exists, and why not. The launcher then picks the
-interpreter. Importing this module imports nothing from CUDA; the bindings load on the
-first call.
+interpreter. Importing this module loads nothing; libcuda loads on the first call.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,49 +57,166 @@ _HINTS: dict[str, str] = {
     "CUDA_ERROR_LAUNCH_FAILED": "the kernel faulted; run with TILEKIT_INTERPRET=1 to locate it",
 }
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # status() and use_device() load the library under it
+
+# --- libcuda ------------------------------------------------------------------------------
+
+# C types of cuda.h: CUresult and the enums are C ints, CUdevice an int, CUdeviceptr an
+# unsigned 64-bit int, CUcontext/CUmodule/CUfunction/CUstream opaque pointers.
+_int, _uint, _size_t = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
+_CUdevice = ctypes.c_int
+_CUdeviceptr = ctypes.c_uint64
+_handle = ctypes.c_void_p
+_P = ctypes.POINTER
+
+# name -> (the library's symbol, argument types); every function returns a CUresult. The
+# symbols are those cuda.h's macros name (``cuMemAlloc`` is ``cuMemAlloc_v2``: the
+# unversioned symbols take 32-bit pointers and sizes), without ``_ptsz``: the legacy
+# default stream, as ``cuda.bindings`` uses by default.
+_PROTOTYPES: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "cuGetErrorName": ("cuGetErrorName", (_int, _P(ctypes.c_char_p))),
+    "cuInit": ("cuInit", (_uint,)),
+    "cuDriverGetVersion": ("cuDriverGetVersion", (_P(_int),)),
+    "cuDeviceGetCount": ("cuDeviceGetCount", (_P(_int),)),
+    "cuDeviceGet": ("cuDeviceGet", (_P(_CUdevice), _int)),
+    "cuDeviceGetAttribute": ("cuDeviceGetAttribute", (_P(_int), _int, _CUdevice)),
+    "cuDeviceGetName": ("cuDeviceGetName", (ctypes.c_char_p, _int, _CUdevice)),
+    "cuDeviceTotalMem": ("cuDeviceTotalMem_v2", (_P(_size_t), _CUdevice)),
+    "cuDevicePrimaryCtxRetain": ("cuDevicePrimaryCtxRetain", (_P(_handle), _CUdevice)),
+    "cuCtxGetCurrent": ("cuCtxGetCurrent", (_P(_handle),)),
+    "cuCtxSetCurrent": ("cuCtxSetCurrent", (_handle,)),
+    "cuCtxGetDevice": ("cuCtxGetDevice", (_P(_CUdevice),)),
+    "cuPointerGetAttribute": ("cuPointerGetAttribute", (ctypes.c_void_p, _int, _CUdeviceptr)),
+    "cuModuleLoadData": ("cuModuleLoadData", (_P(_handle), ctypes.c_void_p)),
+    "cuModuleGetFunction": ("cuModuleGetFunction", (_P(_handle), _handle, ctypes.c_char_p)),
+    "cuFuncSetAttribute": ("cuFuncSetAttribute", (_handle, _int, _int)),
+    "cuMemAlloc": ("cuMemAlloc_v2", (_P(_CUdeviceptr), _size_t)),
+    "cuMemFree": ("cuMemFree_v2", (_CUdeviceptr,)),
+    "cuMemcpyHtoDAsync": ("cuMemcpyHtoDAsync_v2",
+                          (_CUdeviceptr, ctypes.c_void_p, _size_t, _handle)),
+    "cuMemcpyDtoHAsync": ("cuMemcpyDtoHAsync_v2",
+                          (ctypes.c_void_p, _CUdeviceptr, _size_t, _handle)),
+    "cuMemsetD32Async": ("cuMemsetD32Async", (_CUdeviceptr, _uint, _size_t, _handle)),
+    "cuStreamSynchronize": ("cuStreamSynchronize", (_handle,)),
+}
+
+# The enum values tilekit passes (cuda.h).
+CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1
+CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X = 5
+CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6
+CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+_NO_DRIVER_HINT = ("install the NVIDIA driver (or add the folder of libcuda.so.1 to "
+                   "LD_LIBRARY_PATH); without a GPU, kernels run on the interpreter")
 
 
-@functools.cache
-def _cu() -> Any:
-    from cuda.bindings import driver
-
-    return driver
+class DriverNotFound(LaunchError):
+    """libcuda cannot be loaded: there is no NVIDIA driver on this machine."""
 
 
-def error_name(code: Any) -> str:
-    cu = _cu()
+_library: Any = None  # the loaded libcuda (ctypes.CDLL), or a test's stand-in
+_functions: dict[str, Any] = {}  # name -> the library's function with its prototype
+
+
+def _load_library() -> Any:
+    """libcuda as ``cuda.bindings`` loads it: ``libcuda.so.1`` by the loader's search,
+    else what ``ctypes.util.find_library`` finds (``nvcuda.dll`` on Windows)."""
+    names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1"]
+    errors: list[str] = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as exc:
+            errors.append(str(exc))
+    from ctypes.util import find_library  # only when that failed: it runs ldconfig
+
+    found = find_library("cuda")
+    if found:
+        try:
+            return ctypes.CDLL(found)
+        except OSError as exc:
+            errors.append(str(exc))
+    raise DriverNotFound(f"no CUDA driver on this machine: libcuda cannot be loaded "
+                         f"({'; '.join(errors)})", hints=[_NO_DRIVER_HINT])
+
+
+def library() -> Any:
+    """The CUDA driver library, loaded once; ``DriverNotFound`` when there is none."""
+    global _library
+    if _library is None:
+        with _lock:
+            if _library is None:
+                _library = _load_library()
+    return _library
+
+
+def use_library(lib: Any) -> None:
+    """Call ``lib`` instead of libcuda from now on (a test's fake driver; None: load
+    libcuda again), forgetting what was learnt from the previous one."""
+    global _library, _status
+    with _lock:
+        _library = lib
+        _functions.clear()
+        _contexts.clear()
+        _status = None
+    device_props.cache_clear()
+    launch_fn.cache_clear()
+    launch_ex_fn.cache_clear()
+
+
+def _fn(name: str) -> Any:
+    """The driver function ``name`` (see ``_PROTOTYPES``) with its argument types set."""
+    fn = _functions.get(name)
+    if fn is None:
+        symbol, argtypes = _PROTOTYPES[name]
+        try:
+            fn = getattr(library(), symbol)
+        except AttributeError:
+            raise LaunchError(f"the CUDA driver has no {symbol}",
+                              hints=["update the NVIDIA driver"]) from None
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+        _functions[name] = fn
+    return fn
+
+
+def error_name(code: int) -> str:
+    """The driver's name of a ``CUresult`` (``CUDA_ERROR_OUT_OF_MEMORY``), or its number."""
     try:
-        err, name = cu.cuGetErrorName(code)
-        if err == cu.CUresult.CUDA_SUCCESS and name:
-            return name.decode() if isinstance(name, bytes) else str(name)
+        name = ctypes.c_char_p()
+        if _fn("cuGetErrorName")(int(code), ctypes.byref(name)) == 0 and name.value:
+            return name.value.decode(errors="replace")
     except Exception:  # an unknown code: show its number
         pass
     return f"CUresult {int(code)}"
 
 
-def _fail(what: str, code: Any, loc: SourceLoc | None, *, running: bool = False) -> None:
+def _fail(what: str, code: int, loc: SourceLoc | None, *, running: bool = False) -> None:
     name = error_name(code)
     hint = _HINTS.get(name)
     cls = ExecutionError if running else LaunchError
     raise cls(f"CUDA driver call {what} failed: {name}", loc, hints=[hint] if hint else [])
 
 
-def check(result: Any, what: str, loc: SourceLoc | None = None, *,
-          running: bool = False) -> Any:
-    """Unwrap a ``cuda.bindings`` result tuple ``(CUresult, *values)``, raising on failure.
-
-    ``running=True`` marks calls that report errors of kernels already queued
-    (synchronizations, copies back): those raise ``ExecutionError``."""
-    if isinstance(result, tuple):
-        code, values = result[0], result[1:]
-    else:
-        code, values = result, ()
-    if int(code) != 0:
+def check(code: int, what: str, loc: SourceLoc | None = None, *,
+          running: bool = False) -> None:
+    """Raise on a failed ``CUresult``. ``running=True`` marks calls that report errors of
+    kernels already queued (synchronizations, copies back): those raise
+    ``ExecutionError``."""
+    if code != 0:
         _fail(what, code, loc, running=running)
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else values
+
+
+def _call(name: str, *args: Any, loc: SourceLoc | None = None, what: str | None = None,
+          running: bool = False) -> None:
+    """Call driver function ``name`` and check its status."""
+    check(_fn(name)(*args), what or name, loc, running=running)
 
 
 # --- is there a GPU? ----------------------------------------------------------------------
@@ -119,21 +245,19 @@ def status() -> GpuStatus:
 
 def _probe() -> GpuStatus:
     try:
-        cu = _cu()
-    except Exception as exc:  # no cuda-python at all
-        return GpuStatus(False, f"cuda-python is not installed ({exc})")
-    try:
-        err = cu.cuInit(0)[0]
-    except Exception:  # cuda.pathfinder: libcuda.so not found
-        return GpuStatus(False, "no CUDA driver (libcuda) on this machine")
-    if int(err) != 0:
+        init = _fn("cuInit")
+    except LaunchError as exc:  # no libcuda (or one without cuInit)
+        return GpuStatus(False, exc.message)
+    err = init(0)
+    if err != 0:
         return GpuStatus(False, f"cuInit failed: {error_name(err)}")
-    err, version = cu.cuDriverGetVersion()
-    err2, count = cu.cuDeviceGetCount()
-    if int(err2) != 0 or count == 0:
-        return GpuStatus(False, "the CUDA driver found no device", 0,
-                         int(version) if int(err) == 0 else None)
-    return GpuStatus(True, "", int(count), int(version) if int(err) == 0 else None)
+    version, count = ctypes.c_int(), ctypes.c_int()
+    err = _fn("cuDriverGetVersion")(ctypes.byref(version))
+    err2 = _fn("cuDeviceGetCount")(ctypes.byref(count))
+    known = version.value if err == 0 else None
+    if err2 != 0 or count.value == 0:
+        return GpuStatus(False, "the CUDA driver found no device", 0, known)
+    return GpuStatus(True, "", count.value, known)
 
 
 def available() -> bool:
@@ -170,71 +294,89 @@ class DeviceProps:
         return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
 
 
+def _device(ordinal: int, loc: SourceLoc | None = None) -> int:
+    """The ``CUdevice`` of an ordinal."""
+    dev = _CUdevice()
+    _call("cuDeviceGet", ctypes.byref(dev), ordinal, loc=loc)
+    return dev.value
+
+
 @functools.cache
 def device_props(ordinal: int = 0) -> DeviceProps:
-    cu = _cu()
-    dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
-    A = cu.CUdevice_attribute
+    dev = _device(ordinal)
+    value = ctypes.c_int()
 
-    def attr(a: Any) -> int:
-        return int(check(cu.cuDeviceGetAttribute(a, dev), "cuDeviceGetAttribute"))
+    def attr(a: int) -> int:
+        _call("cuDeviceGetAttribute", ctypes.byref(value), a, dev)
+        return value.value
 
-    name = check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName")
-    name = name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) \
-        else str(name)
+    name = ctypes.create_string_buffer(256)
+    _call("cuDeviceGetName", name, len(name), dev)
+    total = ctypes.c_size_t()
+    _call("cuDeviceTotalMem", ctypes.byref(total), dev)
     return DeviceProps(
         ordinal=ordinal,
-        name=name,
-        capability=(attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
-                    attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
-        sm_count=attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
-        max_shared_optin=attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-        max_grid=(attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
-                  attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
-                  attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)),
-        max_threads_per_block=attr(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
-        total_memory=int(check(cu.cuDeviceTotalMem(dev), "cuDeviceTotalMem")),
+        name=name.value.decode(errors="replace"),
+        capability=(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
+        sm_count=attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+        max_shared_optin=attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        max_grid=(attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
+                  attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+                  attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)),
+        max_threads_per_block=attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+        total_memory=total.value,
     )
 
 
-_contexts: dict[int, Any] = {}
+_contexts: dict[int, int] = {}  # ordinal -> its retained primary context (CUcontext)
 
 
-def use_device(ordinal: int, loc: SourceLoc | None = None) -> Any:
-    """Retain the device's primary context (once) and make it current on this thread.
+def _current_context(loc: SourceLoc | None = None) -> int:
+    """The current ``CUcontext`` of this thread, 0 when none."""
+    ctx = ctypes.c_void_p()
+    _call("cuCtxGetCurrent", ctypes.byref(ctx), loc=loc)
+    return ctx.value or 0
+
+
+def use_device(ordinal: int, loc: SourceLoc | None = None) -> int:
+    """Retain the device's primary context (once) and make it current on this thread;
+    returns the context (a ``CUcontext`` as an int).
 
     The primary context is the one torch and cupy use, so their pointers and streams
     are valid in it."""
-    cu = _cu()
     ctx = _contexts.get(ordinal)
     if ctx is None:
         with _lock:
             ctx = _contexts.get(ordinal)
             if ctx is None:
-                dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet", loc)
-                ctx = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain", loc)
+                dev = _device(ordinal, loc)
+                handle = ctypes.c_void_p()
+                _call("cuDevicePrimaryCtxRetain", ctypes.byref(handle), dev, loc=loc)
+                ctx = handle.value or 0
                 _contexts[ordinal] = ctx
-    current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent", loc)
-    if current is None or int(current) != int(ctx):
-        check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent", loc)
+    if _current_context(loc) != ctx:
+        _call("cuCtxSetCurrent", ctx, loc=loc)
     return ctx
 
 
 def current_device() -> int:
     """The device of the current context (0 when none is current)."""
-    cu = _cu()
-    err, ctx = cu.cuCtxGetCurrent()
-    if int(err) != 0 or ctx is None or int(ctx) == 0:
+    ctx = ctypes.c_void_p()
+    if _fn("cuCtxGetCurrent")(ctypes.byref(ctx)) != 0 or not ctx.value:
         return 0
-    return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+    dev = _CUdevice()
+    _call("cuCtxGetDevice", ctypes.byref(dev))
+    return dev.value
 
 
 def pointer_device(ptr: int) -> int:
     """The device ordinal that owns a device pointer (for ``__cuda_array_interface__``
     objects, which do not say)."""
-    cu = _cu()
-    a = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    return int(check(cu.cuPointerGetAttribute(a, ptr), "cuPointerGetAttribute"))
+    ordinal = ctypes.c_int()
+    _call("cuPointerGetAttribute", ctypes.byref(ordinal), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+          ptr)
+    return ordinal.value
 
 
 # --- modules and functions ----------------------------------------------------------------
@@ -244,9 +386,9 @@ def pointer_device(ptr: int) -> int:
 class LoadedFunction:
     """A kernel loaded into one device's primary context."""
 
-    module: Any  # CUmodule
-    function: Any  # CUfunction
-    handle: int  # int(function), for the ctypes launch
+    module: Any  # CUmodule, as an int
+    function: Any  # CUfunction, as an int
+    handle: int  # the CUfunction, for the ctypes launch
     device: int
 
 
@@ -254,52 +396,55 @@ def load_function(image: bytes, name: str, device: int, shared_bytes: int,
                   loc: SourceLoc | None = None) -> LoadedFunction:
     """Load a cubin (or PTX, JIT-compiled by the driver) and find ``name`` in it; opt in to
     more than 48 KB of dynamic shared memory when the kernel needs it."""
-    cu = _cu()
     use_device(device, loc)
     data = image if image.startswith(b"\x7fELF") or image.endswith(b"\0") else image + b"\0"
-    module = check(cu.cuModuleLoadData(data), f"cuModuleLoadData({name})", loc)
-    function = check(cu.cuModuleGetFunction(module, name.encode()),
-                     f"cuModuleGetFunction({name})", loc)
+    module = ctypes.c_void_p()
+    _call("cuModuleLoadData", ctypes.byref(module), data, loc=loc,
+          what=f"cuModuleLoadData({name})")
+    function = ctypes.c_void_p()
+    _call("cuModuleGetFunction", ctypes.byref(function), module, name.encode(), loc=loc,
+          what=f"cuModuleGetFunction({name})")
     if shared_bytes > 48 * 1024:
-        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        check(cu.cuFuncSetAttribute(function, attr, shared_bytes), "cuFuncSetAttribute", loc)
-    return LoadedFunction(module, function, int(function), device)
+        _call("cuFuncSetAttribute", function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+              shared_bytes, loc=loc)
+    handle = function.value or 0
+    return LoadedFunction(module.value or 0, handle, handle, device)
 
 
 # --- memory and streams -------------------------------------------------------------------
 
 
 def alloc(nbytes: int, loc: SourceLoc | None = None) -> int:
-    cu = _cu()
-    return int(check(cu.cuMemAlloc(max(nbytes, 1)), "cuMemAlloc", loc))
+    ptr = _CUdeviceptr()
+    _call("cuMemAlloc", ctypes.byref(ptr), max(nbytes, 1), loc=loc)
+    return ptr.value
 
 
 def free(ptr: int) -> None:
-    cu = _cu()
-    cu.cuMemFree(ptr)  # best effort: freeing happens on error paths too
+    _fn("cuMemFree")(ptr)  # best effort: freeing happens on error paths too
 
 
 def copy_to_device(dst: int, src_host: int, nbytes: int, stream: int,
                    loc: SourceLoc | None = None) -> None:
     if nbytes:
-        check(_cu().cuMemcpyHtoDAsync(dst, src_host, nbytes, stream), "cuMemcpyHtoDAsync", loc)
+        _call("cuMemcpyHtoDAsync", dst, src_host, nbytes, stream or None, loc=loc)
 
 
 def copy_to_host(dst_host: int, src: int, nbytes: int, stream: int,
                  loc: SourceLoc | None = None) -> None:
     if nbytes:
-        check(_cu().cuMemcpyDtoHAsync(dst_host, src, nbytes, stream), "cuMemcpyDtoHAsync", loc,
+        _call("cuMemcpyDtoHAsync", dst_host, src, nbytes, stream or None, loc=loc,
               running=True)
 
 
 def memset32(dst: int, value: int, count: int, stream: int,
              loc: SourceLoc | None = None) -> None:
-    check(_cu().cuMemsetD32Async(dst, value, count, stream), "cuMemsetD32Async", loc)
+    _call("cuMemsetD32Async", dst, value, count, stream or None, loc=loc)
 
 
 def synchronize(stream: int, loc: SourceLoc | None = None) -> None:
     """Wait for ``stream``; an error of a kernel that ran on it surfaces here."""
-    check(_cu().cuStreamSynchronize(stream), "cuStreamSynchronize", loc, running=True)
+    _call("cuStreamSynchronize", stream or None, loc=loc, running=True)
 
 
 # --- the launch ---------------------------------------------------------------------------
@@ -312,8 +457,7 @@ def launch_fn() -> Any:
     callers pass ``ctypes.c_void_p`` objects for the function, the stream and the
     parameter array, and Python ints below 2^31 for the grid, block and shared memory
     (C ``int``, the same registers as the ``unsigned int`` parameters)."""
-    _cu()  # the bindings loaded libcuda.so.1 already: this opens the same library
-    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    fn = library().cuLaunchKernel
     fn.restype = ctypes.c_int
     return fn
 
@@ -336,8 +480,7 @@ def launch_ex_fn() -> Any:
     driver has none (before CUDA 12). Four arguments instead of eleven, all pre-built by
     the caller (the ``LaunchConfig`` bytes, the function, the parameter array, NULL): ctypes
     converts nothing per call."""
-    _cu()
-    fn = getattr(ctypes.CDLL("libcuda.so.1"), "cuLaunchKernelEx", None)
+    fn = getattr(library(), "cuLaunchKernelEx", None)
     if fn is not None:
         fn.restype = ctypes.c_int
     return fn
@@ -353,4 +496,4 @@ def launch(function: LoadedFunction, grid: Sequence[int], block_threads: int,
                        shared_bytes, ctypes.c_void_p(stream) if stream else None,
                        ctypes.c_void_p(kernel_params), None)
     if code != 0:
-        _fail("cuLaunchKernel", _cu().CUresult(code), loc)
+        _fail("cuLaunchKernel", code, loc)
