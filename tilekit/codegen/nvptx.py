@@ -61,6 +61,10 @@ class Vendor:
     def shuffle_idx(self, b: ir.IRBuilder, value: ir.Value, lane: ir.Value) -> ir.Value:
         return _call(b, "llvm.nvvm.shfl.sync.idx.i32", I32, [c32(-1), value, lane, c32(0x1F)])
 
+    def vote_all(self, b: ir.IRBuilder, pred: ir.Value) -> ir.Value:
+        """Whether ``pred`` (i1) holds in every lane of the warp (all take part)."""
+        return _call(b, "llvm.nvvm.vote.all.sync", ir.IntType(1), [c32(-1), pred])
+
     def shared_base(self, module: ir.Module, nbytes: int) -> ir.GlobalVariable:
         """Dynamic shared memory (sized at launch, so > 48 KB works with the opt-in)."""
         g = ir.GlobalVariable(module, ir.ArrayType(I8, 0), "tk_smem", addrspace=SHARED)

@@ -16,11 +16,12 @@ The core groups take one branch per access: when all of them are in bounds, they
 loaded or stored as vectors, else element by element. A row whose start is not 16-byte
 aligned (row ``r`` of a 4096 x 4097 float32 matrix starts ``r % 4`` elements past a
 16-byte boundary) is not the scalar case: its *shift* (the element address modulo the
-group width) is read once per row of groups and switched on, and each case moves each
-group as a few naturally aligned pieces (shift 2 of a float4: two 8-byte halves; shift 1:
-4, 8, 4 bytes). No byte outside the tile is touched. With the bucket's facts (16-byte
-aligned base, 16-byte row strides) LLVM folds the shift to 0 and only the aligned case
-is left: unpredicated 128-bit accesses.
+group width) is read once per row of groups and switched on. On NVIDIA, when a warp's
+lanes lie along one row, each group then moves as ONE aligned 16-byte chunk, realigned
+through warp shuffles (see the section below); otherwise each group moves as a few
+naturally aligned pieces (shift 2 of a float4: two 8-byte halves; shift 1: 4, 8, 4
+bytes). With the bucket's facts (16-byte aligned base, 16-byte row strides) the shift is
+0 and only the aligned case is emitted: unpredicated 128-bit accesses.
 """
 
 from __future__ import annotations
@@ -42,15 +43,17 @@ from tilekit.codegen.lower_memory import (
 from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
 
 
-def aligned_pieces(shift: int, width: int) -> list[tuple[int, int]]:
-    """``(first, count)`` pieces of a run of ``width`` elements (a power of two) whose first
-    element address is ``shift`` modulo ``width``: each piece as long as the address
-    alignment allows, so each is one naturally aligned access."""
+def aligned_pieces(shift: int, width: int, length: int | None = None
+                   ) -> list[tuple[int, int]]:
+    """``(first, count)`` pieces of a run of ``length`` (default ``width``) elements whose
+    first element address is ``shift`` modulo ``width`` (a power of two): each piece as
+    long as the address alignment allows, so each is one naturally aligned access."""
+    length = width if length is None else length
     pieces, i = [], 0
-    while i < width:
+    while i < length:
         addr = (shift + i) % width
         count = width
-        while count > 1 and (addr % count or count > width - i):
+        while count > 1 and (addr % count or count > length - i):
             count //= 2
         pieces.append((i, count))
         i += count
@@ -147,6 +150,101 @@ def _core_condition(L: KernelLowering, t: TensorHandle, classes, offsets, preds
     return L.all_of(conds), shifts
 
 
+# --- misaligned rows through warp shuffles (NVIDIA) ---------------------------------------
+#
+# Pieces cost up to three accesses per group where one would do; on a warp whose lanes
+# share a row (one shift), each lane can instead move one aligned 16-byte chunk: a load
+# takes the chunk holding its first element and gets the next chunk from the next lane
+# along the row (``shfl``), the last lane of the warp's run loading it itself; a store
+# writes the chunk after its first element from its own tail and the next lane's head,
+# the run's first and last lanes adding the partial chunks at its two ends as pieces.
+# Bytes read outside the tile lie in the 16-byte chunks of tile elements (never another
+# page); nothing outside it is written.
+
+
+def _shuffle_run(L: KernelLowering, lay: TileLayout, core: list[list[int]],
+                 itemsize: int) -> tuple[int, int] | None:
+    """``(div, mod)`` of the lane term along the minor dim when shuffles can realign the
+    core groups: NVIDIA, each lane one group per repeat, several lanes along the row."""
+    enc = lay.encoding
+    if not core or not hasattr(L.vendor, "vote_all") or not isinstance(enc, BlockedEncoding):
+        return None
+    width = len(core[0])
+    lane = lay.dims[enc.order[0]].lane
+    if lane.mod < 2 or lane.mult != width or width * itemsize not in (4, 8, 16):
+        return None
+    if any(d.lane.mod > 1 for k, d in enumerate(lay.dims) if k != enc.order[0]):
+        return None  # lanes of a warp on several rows: shifts differ within the warp
+    return lane.div, lane.mod
+
+
+def _provably_aligned(L: KernelLowering, t: TensorHandle, lay: TileLayout, width: int
+                      ) -> bool:
+    """Whether the bucket's facts make every core group's shift 0 (LLVM folds it): an
+    aligned base, a unit inner stride, 16-byte strides on the other dims, and tiles whose
+    extent along the minor dim is a multiple of the group width. Such accesses keep the
+    plain vector path: the shuffle path's warp vote would pin their loads in place."""
+    enc = lay.encoding
+    minor = enc.order[0] if isinstance(enc, BlockedEncoding) else lay.rank - 1
+    return (t.name in L.aligned16 and t.name in L.unit_inner
+            and (lay.rank == 1 or t.name in L.strides16) and lay.shape[minor] % width == 0)
+
+
+def _words(L: KernelLowering, vec: ir.Value, nbytes: int) -> list[ir.Value]:
+    b = L.b
+    w = b.bitcast(vec, ir.VectorType(I32, nbytes // 4))
+    return [b.extract_element(w, c32(i)) for i in range(nbytes // 4)]
+
+
+def _from_words(L: KernelLowering, words: list[ir.Value], vty: ir.VectorType) -> ir.Value:
+    b = L.b
+    v = ir.Constant(ir.VectorType(I32, len(words)), None)
+    for i, w in enumerate(words):
+        v = b.insert_element(v, w, c32(i))
+    return b.bitcast(v, vty)
+
+
+def _from_next_lane(L: KernelLowering, vec: ir.Value, nbytes: int, src: ir.Value
+                    ) -> ir.Value:
+    return _from_words(L, [L.vendor.shuffle_idx(L.b, w, src) for w in _words(L, vec, nbytes)],
+                       vec.type)
+
+
+def _shuffle(L: KernelLowering, a: ir.Value, c: ir.Value, first: int, width: int
+             ) -> ir.Value:
+    """Elements ``[first, first + width)`` of ``a ++ c``."""
+    return L.b.shuffle_vector(a, c, ir.Constant(ir.VectorType(I32, width),
+                                                list(range(first, first + width))))
+
+
+def _lane_roles(L: KernelLowering, run: tuple[int, int]) -> tuple[ir.Value, ir.Value,
+                                                                  ir.Value]:
+    """(source lane of the next group, is-first-in-run, is-last-in-run)."""
+    from tilekit.layout.tile_layouts import ThreadTerm
+
+    div, mod = run
+    index = L.term("lane", ThreadTerm(div, mod, 1))
+    b = L.pb
+    last = b.icmp_unsigned("==", index, c32(mod - 1))
+    first = b.icmp_unsigned("==", index, c32(0))
+    src = b.select(last, L.lane, b.add(L.lane, c32(div)))
+    return src, first, last
+
+
+def _offset_plus(L: KernelLowering, offset: ir.Value, delta: int) -> ir.Value:
+    return L.b.add(offset, ir.Constant(offset.type, delta)) if delta else offset
+
+
+def _warp_uniform(L: KernelLowering, fast: ir.Value | None, shifts: list[ir.Value]
+                  ) -> ir.Value:
+    """``fast`` in every lane, with every class's shift equal to lane 0's: the shuffles
+    run with the whole warp on one arm."""
+    b = L.b
+    conds = [fast] + [b.icmp_unsigned("==", k, L.vendor.shuffle_idx(b, k, c32(0)))
+                      for k in shifts]
+    return L.vendor.vote_all(b, L.all_of(conds))
+
+
 def _tail_condition(L, t, group, offsets, preds) -> ir.Value | None:
     return _fast_condition(L, t, [group], offsets, preds, True, False)
 
@@ -180,14 +278,35 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         fast, shifts = _core_condition(L, t, classes, offsets, preds)
         order = [r for cls in classes for g in cls for r in g]
 
+        run = None if _provably_aligned(L, t, lay, len(core[0])) else \
+            _shuffle_run(L, lay, core, dt.itemsize)
+
+        def realigned(g: list[int], k: int) -> list[ir.Value]:
+            """Group ``g`` on the shift-``k`` arm of a warp that shares its shift."""
+            if k == 0:
+                return pieces_of(g, 0)
+            width = len(g)
+            start = _offset_plus(L, offsets[g[0]], -k)
+            here = b.load(_piece_ptr(L, t, start, width), align=width * dt.itemsize)
+            src, _, last = roles
+            after = _from_next_lane(L, here, width * dt.itemsize, src)
+            after = L.select_load(last, lambda: b.load(_piece_ptr(
+                L, t, _offset_plus(L, start, width), width), align=width * dt.itemsize), after)
+            v = _shuffle(L, here, after, k, width)
+            return [S.from_memory(b, b.extract_element(v, c32(i)), dt) for i in range(width)]
+
         def vector_path() -> list[ir.Value]:
             vals: list[ir.Value] = []
+            move = realigned if run else pieces_of
             for cls, shift in zip(classes, shifts):
                 n = sum(len(g) for g in cls)
                 vals.extend(_per_shift(L, shift, len(cls[0]), lambda k, cls=cls: [
-                    v for g in cls for v in pieces_of(g, k)], n))
+                    v for g in cls for v in move(g, k)], n))
             return vals
 
+        if run:
+            roles = _lane_roles(L, run)
+            fast = _warp_uniform(L, fast, shifts)
         values = _two_paths(L, fast, vector_path, lambda: [scalar(r) for r in order])
         for r, v in zip(order, values):
             out[r] = v
@@ -235,12 +354,53 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         classes = _shift_classes(lay, core)
         fast, shifts = _core_condition(L, t, classes, offsets, preds)
 
-        def vector_path() -> list[ir.Value]:
-            for cls, shift in zip(classes, shifts):
-                _per_shift(L, shift, len(cls[0]), lambda k, cls=cls: [
-                    v for g in cls for v in pieces_of(g, k)], 0)
+        run = None if _provably_aligned(L, t, lay, len(core[0])) else \
+            _shuffle_run(L, lay, core, dt.itemsize)
+
+        def realigned(g: list[int], k: int) -> list[ir.Value]:
+            if k == 0:
+                return pieces_of(g, 0)
+            width = len(g)
+            vty = ir.VectorType(S.memory_type(dt), width)
+            mine = ir.Constant(vty, None)
+            for i, r in enumerate(g):
+                mine = b.insert_element(mine, S.to_memory(b, values[r], dt), c32(i))
+            src, first, last = roles
+            nxt = _from_next_lane(L, mine, width * dt.itemsize, src)
+            chunk = _shuffle(L, mine, nxt, width - k, width)
+            ptr = _piece_ptr(L, t, _offset_plus(L, offsets[g[0]], width - k), width)
+            with b.if_else(last) as (at_end, inside):
+                with inside:
+                    b.store(chunk, ptr, align=width * dt.itemsize)
+                with at_end:
+                    part(g, width - k, k, 0)
+            with b.if_then(first):
+                part(g, 0, width - k, k)
             return []
 
+        def part(g: list[int], first: int, count: int, shift: int) -> None:
+            """Elements ``first..first+count`` of group ``g`` (address shift ``shift``)."""
+            for i, n in aligned_pieces(shift, len(g), count):
+                regs = g[first + i:first + i + n]
+                ptr = _piece_ptr(L, t, offsets[regs[0]], n)
+                if n == 1:
+                    b.store(S.to_memory(b, values[regs[0]], dt), ptr, align=dt.itemsize)
+                    continue
+                v = ir.Constant(ir.VectorType(S.memory_type(dt), n), None)
+                for j, r in enumerate(regs):
+                    v = b.insert_element(v, S.to_memory(b, values[r], dt), c32(j))
+                b.store(v, ptr, align=n * dt.itemsize)
+
+        def vector_path() -> list[ir.Value]:
+            move = realigned if run else pieces_of
+            for cls, shift in zip(classes, shifts):
+                _per_shift(L, shift, len(cls[0]), lambda k, cls=cls: [
+                    v for g in cls for v in move(g, k)], 0)
+            return []
+
+        if run:
+            roles = _lane_roles(L, run)
+            fast = _warp_uniform(L, fast, shifts)
         _two_paths(L, fast, vector_path,
                    lambda: scalars([r for cls in classes for g in cls for r in g]))
     for g in tail:
