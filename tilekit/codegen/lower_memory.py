@@ -45,6 +45,36 @@ def element_ptr(L: KernelLowering, t: TensorHandle, offset: ir.Value,
                                            L.vendor.global_addrspace))
 
 
+def vector_ptr(L: KernelLowering, t: TensorHandle, offset: ir.Value, count: int,
+               signed: bool = True) -> ir.Value:
+    """The address of ``count`` elements from ``offset``, typed as one access (a scalar
+    when ``count`` is 1, else a vector)."""
+    ptr = element_ptr(L, t, offset, signed)
+    if count == 1:
+        return ptr
+    vty = ir.VectorType(S.memory_type(t.dtype), count)
+    return L.b.bitcast(ptr, ir.PointerType(vty, L.vendor.global_addrspace))
+
+
+def pack(L: KernelLowering, dt: DType, values: Sequence[ir.Value]) -> ir.Value:
+    """Registers as one memory value: a scalar, or a vector of ``len(values)``."""
+    b = L.b
+    if len(values) == 1:
+        return S.to_memory(b, values[0], dt)
+    v = ir.Constant(ir.VectorType(S.memory_type(dt), len(values)), None)
+    for i, x in enumerate(values):
+        v = b.insert_element(v, S.to_memory(b, x, dt), c32(i))
+    return v
+
+
+def unpack(L: KernelLowering, dt: DType, v: ir.Value, count: int) -> list[ir.Value]:
+    """The inverse of ``pack``: ``count`` registers from one memory value."""
+    b = L.b
+    if count == 1:
+        return [S.from_memory(b, v, dt)]
+    return [S.from_memory(b, b.extract_element(v, c32(i)), dt) for i in range(count)]
+
+
 def vector_groups(L: KernelLowering, lay: TileLayout, itemsize: int) -> list[list[int]]:
     """Runs of registers a thread may access as one vector: consecutive along the
     encoding's most minor dim, at most ``max_vector_bytes``."""
@@ -90,10 +120,9 @@ def _contiguous(L: KernelLowering, offsets: Sequence[ir.Value]) -> ir.Value | No
 
 def _fast_condition(L: KernelLowering, t: TensorHandle, groups: list[list[int]],
                     offsets: Sequence[ir.Value], preds: Sequence[ir.Value | None],
-                    signed: bool, interval: bool) -> ir.Value | None:
+                    signed: bool) -> ir.Value | None:
     """Whether this thread may take the vector path for every group at once: offsets
-    consecutive, vectors aligned, every element active. ``interval``: the predicates are
-    box bounds, so a contiguous group is inside when its first and last elements are."""
+    consecutive, vectors aligned, every element active."""
     conds: list[ir.Value | None] = []
     for group in groups:
         if len(group) == 1:
@@ -101,8 +130,7 @@ def _fast_condition(L: KernelLowering, t: TensorHandle, groups: list[list[int]],
         offs = [offsets[r] for r in group]
         conds.append(_contiguous(L, offs))
         conds.append(_aligned(L, t, offs[0], len(group) * t.dtype.itemsize, signed))
-        members = (group[0], group[-1]) if interval else group
-        conds.extend(preds[r] for r in members)
+        conds.extend(preds[r] for r in group)
     return L.all_of(conds)
 
 
@@ -126,7 +154,7 @@ def _two_paths(L: KernelLowering, fast: ir.Value | None, vector_path, scalar_pat
 
 def gather(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequence[ir.Value],
            preds: Sequence[ir.Value | None], others: Sequence[ir.Value],
-           signed: bool = True, interval: bool = False) -> list[ir.Value]:
+           signed: bool = True) -> list[ir.Value]:
     """Load one element per register (``preds`` None: always), vectorized where it can be."""
     b = L.b
     dt = t.dtype
@@ -145,15 +173,12 @@ def gather(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequenc
             if len(group) == 1:
                 out.append(scalar(group[0]))
                 continue
-            vty = ir.VectorType(S.memory_type(dt), len(group))
-            ptr = b.bitcast(element_ptr(L, t, offsets[group[0]], signed),
-                            ir.PointerType(vty, L.vendor.global_addrspace))
-            v = b.load(ptr, align=len(group) * dt.itemsize)
-            out.extend(S.from_memory(b, b.extract_element(v, c32(i)), dt)
-                       for i in range(len(group)))
+            v = b.load(vector_ptr(L, t, offsets[group[0]], len(group), signed),
+                       align=len(group) * dt.itemsize)
+            out.extend(unpack(L, dt, v, len(group)))
         return out
 
-    fast = _fast_condition(L, t, groups, offsets, preds, signed, interval)
+    fast = _fast_condition(L, t, groups, offsets, preds, signed)
     values = _two_paths(L, fast, vector_path,
                         lambda: [scalar(r) for g in groups for r in g])
     out: list[ir.Value] = [None] * len(offsets)  # type: ignore[list-item]
@@ -164,7 +189,7 @@ def gather(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequenc
 
 def scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequence[ir.Value],
             values: Sequence[ir.Value], preds: Sequence[ir.Value | None],
-            signed: bool = True, interval: bool = False) -> None:
+            signed: bool = True) -> None:
     """Store one element per register where ``preds`` holds, vectorized where it can be."""
     b = L.b
     dt = t.dtype
@@ -188,19 +213,14 @@ def scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout, offsets: Sequen
             if len(group) == 1:
                 one(group[0])
                 continue
-            vty = ir.VectorType(S.memory_type(dt), len(group))
-            v = ir.Constant(vty, None)
-            for i, r in enumerate(group):
-                v = b.insert_element(v, S.to_memory(b, values[r], dt), c32(i))
-            ptr = b.bitcast(element_ptr(L, t, offsets[group[0]], signed),
-                            ir.PointerType(vty, L.vendor.global_addrspace))
-            b.store(v, ptr, align=len(group) * dt.itemsize)
+            b.store(pack(L, dt, [values[r] for r in group]),
+                    vector_ptr(L, t, offsets[group[0]], len(group), signed),
+                    align=len(group) * dt.itemsize)
         return []
 
     # Stores by replicas are skipped (``preds`` include ownership), so a group holding a
-    # replica takes the scalar path; the interval shortcut holds for owners too (ownership
-    # is a box of unwrapped coordinates).
-    fast = _fast_condition(L, t, groups, offsets, preds, signed, interval)
+    # replica takes the scalar path.
+    fast = _fast_condition(L, t, groups, offsets, preds, signed)
     _two_paths(L, fast, vector_path, scalar_path)
 
 

@@ -38,7 +38,10 @@ from tilekit.codegen.lower_memory import (
     _to_i64,
     _two_paths,
     element_ptr,
+    pack,
+    unpack,
     vector_groups,
+    vector_ptr,
 )
 from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
 
@@ -119,14 +122,6 @@ def _per_shift(L: KernelLowering, shift: ir.Value, width: int, case, nvalues: in
             phi.add_incoming(vals[i], blk)
         out.append(phi)
     return out
-
-
-def _piece_ptr(L: KernelLowering, t: TensorHandle, offset: ir.Value, count: int) -> ir.Value:
-    ptr = element_ptr(L, t, offset)
-    if count == 1:
-        return ptr
-    vty = ir.VectorType(S.memory_type(t.dtype), count)
-    return L.b.bitcast(ptr, ir.PointerType(vty, L.vendor.global_addrspace))
 
 
 def _core_condition(L: KernelLowering, t: TensorHandle, classes, offsets, preds
@@ -246,7 +241,37 @@ def _warp_uniform(L: KernelLowering, fast: ir.Value | None, shifts: list[ir.Valu
 
 
 def _tail_condition(L, t, group, offsets, preds) -> ir.Value | None:
-    return _fast_condition(L, t, [group], offsets, preds, True, False)
+    return _fast_condition(L, t, [group], offsets, preds, True)
+
+
+class _CorePlan:
+    """What a tile access decides once for its core groups: the shift classes (rows of
+    groups), whether this thread (or, with shuffles, its warp) takes the vector path, each
+    class's shift, and the shuffle run with the lanes' roles (None: aligned pieces)."""
+
+    def __init__(self, L: KernelLowering, t: TensorHandle, lay: TileLayout,
+                 core: list[list[int]], offsets: Sequence[ir.Value],
+                 preds: Sequence[ir.Value | None]) -> None:
+        self.classes = _shift_classes(lay, core)
+        self.fast, self.shifts = _core_condition(L, t, self.classes, offsets, preds)
+        self.width = len(core[0])
+        self.run = None if _provably_aligned(L, t, lay, self.width) else \
+            _shuffle_run(L, lay, core, t.dtype.itemsize)
+        if self.run:
+            self.src, self.first, self.last = _lane_roles(L, self.run)
+            self.fast = _warp_uniform(L, self.fast, self.shifts)
+
+    @property
+    def registers(self) -> list[int]:
+        return [r for cls in self.classes for g in cls for r in g]
+
+    def per_class(self, L: KernelLowering, move, nvalues_of) -> list[ir.Value]:
+        """``move(group, k)`` for every group on its class's shift-``k`` arm."""
+        vals: list[ir.Value] = []
+        for cls, shift in zip(self.classes, self.shifts):
+            vals.extend(_per_shift(L, shift, self.width, lambda k, cls=cls: [
+                v for g in cls for v in move(g, k)], nvalues_of(cls)))
+        return vals
 
 
 def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
@@ -263,51 +288,31 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
     def pieces_of(g: list[int], k: int) -> list[ir.Value]:
         vals = []
         for first, count in aligned_pieces(k, len(g)):
-            ptr = _piece_ptr(L, t, offsets[g[first]], count)
-            v = b.load(ptr, align=count * dt.itemsize)
-            if count == 1:
-                vals.append(S.from_memory(b, v, dt))
-            else:
-                vals.extend(S.from_memory(b, b.extract_element(v, c32(i)), dt)
-                            for i in range(count))
+            v = b.load(vector_ptr(L, t, offsets[g[first]], count), align=count * dt.itemsize)
+            vals.extend(unpack(L, dt, v, count))
         return vals
+
+    def realigned(g: list[int], k: int) -> list[ir.Value]:
+        """Group ``g`` on the shift-``k`` arm of a warp that shares its shift."""
+        if k == 0:
+            return pieces_of(g, 0)
+        width = len(g)
+        start = _offset_plus(L, offsets[g[0]], -k)
+        here = b.load(vector_ptr(L, t, start, width), align=width * dt.itemsize)
+        after = _from_next_lane(L, here, width * dt.itemsize, plan.src)
+        after = L.select_load(plan.last, lambda: b.load(vector_ptr(
+            L, t, _offset_plus(L, start, width), width), align=width * dt.itemsize), after)
+        return unpack(L, dt, _shuffle(L, here, after, k, width), width)
 
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
-        classes = _shift_classes(lay, core)
-        fast, shifts = _core_condition(L, t, classes, offsets, preds)
-        order = [r for cls in classes for g in cls for r in g]
-
-        run = None if _provably_aligned(L, t, lay, len(core[0])) else \
-            _shuffle_run(L, lay, core, dt.itemsize)
-
-        def realigned(g: list[int], k: int) -> list[ir.Value]:
-            """Group ``g`` on the shift-``k`` arm of a warp that shares its shift."""
-            if k == 0:
-                return pieces_of(g, 0)
-            width = len(g)
-            start = _offset_plus(L, offsets[g[0]], -k)
-            here = b.load(_piece_ptr(L, t, start, width), align=width * dt.itemsize)
-            src, _, last = roles
-            after = _from_next_lane(L, here, width * dt.itemsize, src)
-            after = L.select_load(last, lambda: b.load(_piece_ptr(
-                L, t, _offset_plus(L, start, width), width), align=width * dt.itemsize), after)
-            v = _shuffle(L, here, after, k, width)
-            return [S.from_memory(b, b.extract_element(v, c32(i)), dt) for i in range(width)]
-
-        def vector_path() -> list[ir.Value]:
-            vals: list[ir.Value] = []
-            move = realigned if run else pieces_of
-            for cls, shift in zip(classes, shifts):
-                n = sum(len(g) for g in cls)
-                vals.extend(_per_shift(L, shift, len(cls[0]), lambda k, cls=cls: [
-                    v for g in cls for v in move(g, k)], n))
-            return vals
-
-        if run:
-            roles = _lane_roles(L, run)
-            fast = _warp_uniform(L, fast, shifts)
-        values = _two_paths(L, fast, vector_path, lambda: [scalar(r) for r in order])
+        plan = _CorePlan(L, t, lay, core, offsets, preds)
+        order = plan.registers
+        values = _two_paths(
+            L, plan.fast,
+            lambda: plan.per_class(L, realigned if plan.run else pieces_of,
+                                   lambda cls: sum(len(g) for g in cls)),
+            lambda: [scalar(r) for r in order])
         for r, v in zip(order, values):
             out[r] = v
     for g in tail:
@@ -331,17 +336,33 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         L.if_then_store(preds[r], lambda: b.store(S.to_memory(b, values[r], dt),
                                                   element_ptr(L, t, offsets[r])))
 
+    def part(g: list[int], first: int, count: int, shift: int) -> list[ir.Value]:
+        """Elements ``first..first+count`` of group ``g`` (address shift ``shift``), as
+        naturally aligned pieces."""
+        for i, n in aligned_pieces(shift, len(g), count):
+            regs = g[first + i:first + i + n]
+            ptr = vector_ptr(L, t, offsets[regs[0]], n)
+            b.store(pack(L, dt, [values[r] for r in regs]), ptr, align=n * dt.itemsize)
+        return []
+
     def pieces_of(g: list[int], k: int) -> list[ir.Value]:
-        for first, count in aligned_pieces(k, len(g)):
-            ptr = _piece_ptr(L, t, offsets[g[first]], count)
-            if count == 1:
-                b.store(S.to_memory(b, values[g[first]], dt), ptr, align=dt.itemsize)
-                continue
-            vty = ir.VectorType(S.memory_type(dt), count)
-            v = ir.Constant(vty, None)
-            for i in range(count):
-                v = b.insert_element(v, S.to_memory(b, values[g[first + i]], dt), c32(i))
-            b.store(v, ptr, align=count * dt.itemsize)
+        return part(g, 0, len(g), k)
+
+    def realigned(g: list[int], k: int) -> list[ir.Value]:
+        if k == 0:
+            return pieces_of(g, 0)
+        width = len(g)
+        mine = pack(L, dt, [values[r] for r in g])
+        nxt = _from_next_lane(L, mine, width * dt.itemsize, plan.src)
+        chunk = _shuffle(L, mine, nxt, width - k, width)
+        ptr = vector_ptr(L, t, _offset_plus(L, offsets[g[0]], width - k), width)
+        with b.if_else(plan.last) as (at_end, inside):
+            with inside:
+                b.store(chunk, ptr, align=width * dt.itemsize)
+            with at_end:
+                part(g, width - k, k, 0)
+        with b.if_then(plan.first):
+            part(g, 0, width - k, k)
         return []
 
     def scalars(regs: Sequence[int]) -> list[ir.Value]:
@@ -351,58 +372,11 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
 
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
-        classes = _shift_classes(lay, core)
-        fast, shifts = _core_condition(L, t, classes, offsets, preds)
-
-        run = None if _provably_aligned(L, t, lay, len(core[0])) else \
-            _shuffle_run(L, lay, core, dt.itemsize)
-
-        def realigned(g: list[int], k: int) -> list[ir.Value]:
-            if k == 0:
-                return pieces_of(g, 0)
-            width = len(g)
-            vty = ir.VectorType(S.memory_type(dt), width)
-            mine = ir.Constant(vty, None)
-            for i, r in enumerate(g):
-                mine = b.insert_element(mine, S.to_memory(b, values[r], dt), c32(i))
-            src, first, last = roles
-            nxt = _from_next_lane(L, mine, width * dt.itemsize, src)
-            chunk = _shuffle(L, mine, nxt, width - k, width)
-            ptr = _piece_ptr(L, t, _offset_plus(L, offsets[g[0]], width - k), width)
-            with b.if_else(last) as (at_end, inside):
-                with inside:
-                    b.store(chunk, ptr, align=width * dt.itemsize)
-                with at_end:
-                    part(g, width - k, k, 0)
-            with b.if_then(first):
-                part(g, 0, width - k, k)
-            return []
-
-        def part(g: list[int], first: int, count: int, shift: int) -> None:
-            """Elements ``first..first+count`` of group ``g`` (address shift ``shift``)."""
-            for i, n in aligned_pieces(shift, len(g), count):
-                regs = g[first + i:first + i + n]
-                ptr = _piece_ptr(L, t, offsets[regs[0]], n)
-                if n == 1:
-                    b.store(S.to_memory(b, values[regs[0]], dt), ptr, align=dt.itemsize)
-                    continue
-                v = ir.Constant(ir.VectorType(S.memory_type(dt), n), None)
-                for j, r in enumerate(regs):
-                    v = b.insert_element(v, S.to_memory(b, values[r], dt), c32(j))
-                b.store(v, ptr, align=n * dt.itemsize)
-
-        def vector_path() -> list[ir.Value]:
-            move = realigned if run else pieces_of
-            for cls, shift in zip(classes, shifts):
-                _per_shift(L, shift, len(cls[0]), lambda k, cls=cls: [
-                    v for g in cls for v in move(g, k)], 0)
-            return []
-
-        if run:
-            roles = _lane_roles(L, run)
-            fast = _warp_uniform(L, fast, shifts)
-        _two_paths(L, fast, vector_path,
-                   lambda: scalars([r for cls in classes for g in cls for r in g]))
+        plan = _CorePlan(L, t, lay, core, offsets, preds)
+        _two_paths(L, plan.fast,
+                   lambda: plan.per_class(L, realigned if plan.run else pieces_of,
+                                          lambda cls: 0),
+                   lambda: scalars(plan.registers))
     for g in tail:
         if len(g) == 1:
             one(g[0])
