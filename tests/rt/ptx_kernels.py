@@ -48,6 +48,24 @@ def fake_compile(module: Module, arch: str,
     return vector_add_kernel(arch, dtype)
 
 
+def _x_element_address(size: int) -> str:
+    """PTX of both kernels' first steps: this thread's index ``%r4`` (to DONE when it is
+    ``n`` or more) and the address ``%rd3`` of its element of X (``size`` bytes each)."""
+    return """    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.s32 %r4, %r1, %r2, %r3;
+    ld.param.u32 %r5, [n];
+    setp.ge.s32 %p1, %r4, %r5;
+    @%p1 bra DONE;
+    ld.param.u64 %rd1, [X_ptr];
+    ld.param.u32 %r6, [X_stride];
+    mul.lo.s32 %r7, %r4, %r6;
+    mul.wide.s32 %rd2, %r7, """ + str(size) + """;
+    add.s64 %rd3, %rd1, %rd2;
+"""
+
+
 def _tensor_params(prefix: str) -> str:
     return (f"    .param .u64 {prefix}_ptr,\n    .param .u32 {prefix}_size,\n"
             f"    .param .u32 {prefix}_stride,\n")
@@ -85,19 +103,7 @@ def vector_add_ptx(target: str = "sm_80", dtype: str = "float32") -> str:
     .reg .f32 %f<4>;
     .reg .b64 %rd<12>;
 
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mad.lo.s32 %r4, %r1, %r2, %r3;
-    ld.param.u32 %r5, [n];
-    setp.ge.s32 %p1, %r4, %r5;
-    @%p1 bra DONE;
-    ld.param.u64 %rd1, [X_ptr];
-    ld.param.u32 %r6, [X_stride];
-    mul.lo.s32 %r7, %r4, %r6;
-    mul.wide.s32 %rd2, %r7, {size};
-    add.s64 %rd3, %rd1, %rd2;
-    {ld_x}
+{_x_element_address(size)}    {ld_x}
     ld.param.u64 %rd4, [Y_ptr];
     ld.param.u32 %r6, [Y_stride];
     mul.lo.s32 %r7, %r4, %r6;
@@ -148,19 +154,7 @@ def assert_positive_ptx(target: str = "sm_80") -> str:
     .reg .f32 %f<2>;
     .reg .b64 %rd<6>;
 
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mad.lo.s32 %r4, %r1, %r2, %r3;
-    ld.param.u32 %r5, [n];
-    setp.ge.s32 %p1, %r4, %r5;
-    @%p1 bra DONE;
-    ld.param.u64 %rd1, [X_ptr];
-    ld.param.u32 %r6, [X_stride];
-    mul.lo.s32 %r7, %r4, %r6;
-    mul.wide.s32 %rd2, %r7, 4;
-    add.s64 %rd3, %rd1, %rd2;
-    ld.global.f32 %f1, [%rd3];
+{_x_element_address(4)}    ld.global.f32 %f1, [%rd3];
     setp.gt.f32 %p2, %f1, 0f00000000;
     @%p2 bra DONE;
     ld.param.u64 %rd4, [status];
