@@ -70,7 +70,51 @@ class TensorType:
         return f"tensor<{body}, {self.index.short}>"
 
 
-Type = TileType | TensorType
+@dataclass(frozen=True)
+class SharedType:
+    """A ring of ``stages`` shared-memory buffers, each holding one tile of ``shape`` x
+    ``dtype`` (a pipeline stream's stages). ``layout`` is how a tile sits in one buffer
+    (row-major when None; a swizzle from ``tilekit.layout`` when set)."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    stages: int
+    layout: object | None = None
+
+    @property
+    def tile(self) -> TileType:
+        return TileType(self.shape, self.dtype)
+
+    @property
+    def slot_bytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        dims = "x".join(str(s) for s in self.shape)
+        return f"smem<{self.stages}x[{dims}x{self.dtype.short}]>"
+
+
+@dataclass(frozen=True)
+class BarrierType:
+    """A ring of ``count`` mbarriers (one per pipeline stage), each completing a phase
+    after ``arrivals`` arrive operations (and all expected transaction bytes)."""
+
+    count: int
+    arrivals: int
+
+    def __str__(self) -> str:
+        return f"mbarrier<{self.count}, arrivals={self.arrivals}>"
+
+
+@dataclass(frozen=True)
+class TokenType:
+    """An asynchronous operation that has not been waited for (a bulk store group)."""
+
+    def __str__(self) -> str:
+        return "token"
+
+
+Type = TileType | TensorType | SharedType | BarrierType | TokenType
 
 
 def strip_layout(t: Type) -> Type:
