@@ -16,7 +16,8 @@ synchronize: a CTA barrier, or an mbarrier phase they all arrived on and then wa
 
 - ``("w", ring, slot)``: the g-th write into that slot has completed;
 - ``("r", ring, slot, role)``: ``role`` has finished reading the slot's g-th contents;
-- ``("init", bar)``: the barrier ring is initialized.
+- ``("init", bar)``: the barrier ring is initialized;
+- ``("u", bar, role)``: ``role`` has finished its g-th use (arrive or wait) of the barrier.
 
 Each role has ``known`` (facts all its threads have) and ``pending`` (facts some of its
 threads made, not yet shared). An arrival adds the arriving role's facts to the barrier's
@@ -159,6 +160,7 @@ class ProtocolState:
         self.pending: dict[str, Knowledge] = {}
         self.outstanding: dict[str, list[Copy]] = {}  # cp.async / plain copies not arrived
         self.observed: dict[tuple[int, int, str], int] = {}  # (bar, slot, role) -> phase
+        self.uses: dict[tuple[int, str], int] = {}  # (bar, role) -> arrives and waits so far
         self.rings: list[Ring] = []
         self.barriers: list[Barrier] = []
         self.stores: list[BulkStore] = []
@@ -201,8 +203,22 @@ class ProtocolState:
         self._pending(role)[("init", id(bar))] = 1
         return bar
 
+    def _used(self, bar: Barrier, role: str) -> None:
+        key = (id(bar), role)
+        self.uses[key] = self.uses.get(key, 0) + 1
+        self._pending(role)[("u", id(bar), role)] = self.uses[key]
+
     def inval_barrier(self, bar: Barrier, role: str) -> None:
+        """Invalidate (one thread of ``role``): every use of the barrier by any thread must
+        be known to have finished, and no phase be half done."""
         self._check_barrier(bar, 0, role)
+        known = self._known(role)
+        for (b, user), n in self.uses.items():
+            if b == id(bar) and known.get(("u", b, user), 0) < n:
+                raise ProtocolViolation(
+                    ProtocolRule.INIT_NOT_VISIBLE,
+                    f"barrier `{bar.name}` is invalidated while threads of role `{user}` may "
+                    "still use it (a CTA barrier must come first)")
         for i, s in enumerate(bar.slots):
             if s.phase.arrivals != bar.arrivals or s.phase.tx or s.phase.copies:
                 raise ProtocolViolation(
@@ -305,12 +321,14 @@ class ProtocolState:
         """``mbarrier.arrive.expect_tx`` by one thread of ``role``."""
         b = self._check_barrier(bar, bslot, role)
         b.phase.tx += nbytes
+        self._used(bar, role)
         self._arrive(bar, bslot, role, dict(self._known(role)))
 
     def arrive(self, bar: Barrier, bslot: int, role: str) -> None:
         """Every thread of ``role`` arrives (one arrival of the role); the role's copies
         that complete on this barrier complete with it."""
         self._check_barrier(bar, bslot, role)
+        self._used(bar, role)
         facts = dict(self._known(role))
         merge(facts, self._pending(role))
         mine = self.outstanding.get(role, [])
@@ -369,6 +387,7 @@ class ProtocolState:
                 f"role `{role}` waits on barrier `{bar.name}`[{bslot}] with parity {parity}, "
                 f"which returns on phase {seen}, one it already waited for")
         self.observed[key] = seen
+        self._used(bar, role)
         merge(self._known(role), b.cumulative)
         self._changed()
 
