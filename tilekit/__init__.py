@@ -86,6 +86,7 @@ from tilekit.lang.builtins import (
 )
 from tilekit.lang.control import range, static_range, when
 from tilekit.lang.kernel import KernelFunction, Tensor, constexpr
+from tilekit.lang.pipeline import TileStream, pipeline
 from tilekit.lang.tensor import TensorArg, TileView
 from tilekit.lang.tile import Tile
 from tilekit.rt.launcher import JITKernel, kernel

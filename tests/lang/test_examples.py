@@ -28,6 +28,17 @@ RAGGED: dict[str, list[dict]] = {
     "layer_norm": [dict(rows=1, cols=1, block=16), dict(rows=7, cols=97, block=32),
                    dict(rows=3, cols=257, block=100, seed=2)],
     "matmul": [dict(M=1, N=1, K=1), dict(M=7, N=31, K=97), dict(M=65, N=33, K=33, seed=4)],
+    # trip counts 1, stages - 1, stages, stages + 1 and many; tiles wider than the row;
+    # tiles hanging past the last row
+    "pipeline_copy": [dict(rows=1, cols=1, bm=4, bn=16), dict(rows=97, cols=31, bm=16, bn=8),
+                      dict(rows=7, cols=257, bm=5, bn=64, stages=5),
+                      dict(rows=31, cols=37, bm=31, bn=37, stages=2),
+                      dict(rows=13, cols=300, bm=3, bn=100, stages=3, dtype="bfloat16"),
+                      dict(rows=5, cols=1001, bm=2, bn=7, stages=4, dtype="int32", seed=6)],
+    "pipeline_row_sum": [dict(rows=1, cols=1, bm=1, bn=16), dict(rows=7, cols=97, bm=3, bn=32),
+                         dict(rows=13, cols=4097, bm=4, bn=1000, stages=6),
+                         dict(rows=9, cols=257, bm=9, bn=64, stages=5, dtype="float32"),
+                         dict(rows=31, cols=1000, bm=5, bn=37, stages=1, seed=8)],
     "softmax": [dict(rows=1, cols=1), dict(rows=7, cols=31), dict(rows=5, cols=4097),
                 dict(rows=3, cols=127, seed=9)],
     "transpose": [dict(rows=1, cols=1), dict(rows=97, cols=31, bm=16, bn=8),
@@ -38,7 +49,8 @@ RAGGED: dict[str, list[dict]] = {
 
 # Examples whose defaults run in well under a second on the interpreter; the
 # others (softmax 1000x4097, vector_add 100k) are covered by their ragged cases.
-CHEAP_DEFAULTS = ["argmax", "histogram", "layer_norm", "matmul", "transpose"]
+CHEAP_DEFAULTS = ["argmax", "histogram", "layer_norm", "matmul", "pipeline_copy",
+                  "pipeline_row_sum", "transpose"]
 
 
 def test_every_example_has_cases():

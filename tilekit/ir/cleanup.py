@@ -83,7 +83,7 @@ def _hoist_block(block: Block) -> None:
         for region in op.regions:
             for inner in region.blocks:
                 _hoist_block(inner)
-        if op.name != "for":
+        if op.name not in ("for", "pipeline"):
             index += 1
             continue
         body = op.regions[0].block

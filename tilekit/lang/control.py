@@ -169,30 +169,55 @@ class _BodyScope:
 
 
 class _LoopTrace(_BodyScope):
-    kind = tracer.ScopeKind.LOOP
+    """A runtime loop's body, traced once: what ``tk.range`` and ``tk.pipeline`` share.
 
-    def __init__(self, frame: FrameType, loc: SourceLoc | None,
-                 bounds: tuple[Any, Any, Any]) -> None:
+    The body block's arguments are the loop's own leading values (``_header_args``: the
+    induction variable, a pipeline's tiles), then the carried values; ``_build`` makes the
+    loop op around the finished body. The ``for`` statement receives ``_targets`` of the
+    leading values.
+    """
+
+    kind = tracer.ScopeKind.LOOP
+    construct = "`tk.range` loop"  # how messages name the loop
+
+    def __init__(self, frame: FrameType, loc: SourceLoc | None) -> None:
         super().__init__(frame, loc)
-        self.bounds = bounds
         self.entered = False
         self.provisional: dict[int, tuple[Tile, Value, BlockArgument]] = {}
         self.entry_paths: dict[Path, Tile] = {}
         self.entry_numbers: dict[Path, Any] = {}
 
-    def __iter__(self) -> Iterator[Tile]:
-        return self  # type: ignore[return-value]
+    # --- what each loop says -------------------------------------------------------------------
 
-    def __next__(self) -> Tile:
+    def _header_args(self) -> list[BlockArgument]:
+        """Add the body's leading block arguments (before any carried value)."""
+        raise NotImplementedError
+
+    def _targets(self, leading: list[Tile]) -> Any:
+        """What the ``for`` statement binds, given tiles of the leading arguments."""
+        raise NotImplementedError
+
+    def _build(self, inits: list[Value], region: Region) -> Operation:
+        """The loop op around the finished body (not inserted anywhere yet)."""
+        raise NotImplementedError
+
+    def _what(self) -> str:
+        return self.construct
+
+    # --- the iteration protocol: the body runs exactly once ---------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
         if not self.entered:
             self.entered = True
             return self._enter()
         self._exit()
         raise StopIteration
 
-    def _enter(self) -> Tile:
-        lo, hi, step = self.bounds
-        self.iv = self.block.add_arg(lo.type)
+    def _enter(self) -> Any:
+        leading = self._header_args()
         self.entry_paths, self.entry_numbers = _snapshot(self.frame)
         for tile in self.entry_paths.values():
             if id(tile) in self.provisional or isinstance(tile._value, Escaped):
@@ -202,7 +227,7 @@ class _LoopTrace(_BodyScope):
             self.provisional[id(tile)] = (tile, outer, arg)
             tile._assign(arg)
         self._open()
-        return Tile(self.iv)
+        return self._targets([Tile(a) for a in leading])  # created in the scope: poisoned after
 
     def _exit(self) -> None:
         self._close()
@@ -235,7 +260,7 @@ class _LoopTrace(_BodyScope):
             if now is not None and not isinstance(now._value, Escaped):
                 name = _path_name(path)
                 raise TraceError(
-                    f"`{name}` is the Python number {number!r} when the `tk.range` loop starts "
+                    f"`{name}` is the Python number {number!r} when the {self._what()} starts "
                     "and a tile inside it; the body was traced with the number, so it cannot "
                     "carry the value between iterations", self.loc,
                     hints=[f"start with a tile: `{name} = tk.full((), {number!r}, tk.float32)` "
@@ -267,14 +292,11 @@ class _LoopTrace(_BodyScope):
         yield_op = self.state.builder.create("yield", {"values": [c.new for c in order]},
                                              loc=self.loc, insert=False)
         self.block.append(yield_op)
-        lo, hi, step = self.bounds
         try:
-            op = self.state.builder.create(
-                "for", {"lo": lo.value, "hi": hi.value, "step": step.value,
-                        "inits": [c.init for c in order]},
-                regions=[Region([self.block])], loc=self.loc, insert=False)
+            op = self._build([c.init for c in order], Region([self.block]))
         except Exception as exc:  # pragma: no cover - a tracer bug, not a user error
-            raise TraceError(f"internal error building a loop: {exc}", self.loc) from exc
+            raise TraceError(f"internal error building a {self._what()}: {exc}",
+                             self.loc) from exc
         self._place(op)
         exits: set[int] = set()
         for c, result in zip(order, op.results):
@@ -295,6 +317,27 @@ class _LoopTrace(_BodyScope):
         self._poison_escapes(exit_paths, exits)
 
 
+class _RangeTrace(_LoopTrace):
+    """``tk.range``: a ``for`` op whose body starts with the induction variable."""
+
+    def __init__(self, frame: FrameType, loc: SourceLoc | None,
+                 bounds: tuple[Tile, Tile, Tile]) -> None:
+        super().__init__(frame, loc)
+        self.bounds = bounds
+
+    def _header_args(self) -> list[BlockArgument]:
+        return [self.block.add_arg(self.bounds[0].type)]
+
+    def _targets(self, leading: list[Tile]) -> Tile:
+        return leading[0]
+
+    def _build(self, inits: list[Value], region: Region) -> Operation:
+        lo, hi, step = self.bounds
+        return self.state.builder.create(
+            "for", {"lo": lo.value, "hi": hi.value, "step": step.value, "inits": inits},
+            regions=[region], loc=self.loc, insert=False)
+
+
 class range:  # noqa: A001  (mirrors Python's range on purpose)
     """``for i in tk.range(lo, hi, step)``: a loop that runs on the device.
 
@@ -311,10 +354,16 @@ class range:  # noqa: A001  (mirrors Python's range on purpose)
         self.loc = user_loc()
 
     def __iter__(self) -> _LoopTrace:
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(_PKG):
-            frame = frame.f_back  # type: ignore[assignment]
-        return _LoopTrace(frame, self.loc, _bounds(*self.args))
+        return _RangeTrace(user_frame(), self.loc, _bounds(*self.args))
+
+
+def user_frame() -> FrameType:
+    """The innermost frame outside the tilekit package: the kernel body whose locals a loop
+    or ``when`` block watches."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PKG):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame
 
 
 _PKG = __file__.rsplit("/lang/", 1)[0]
@@ -366,10 +415,7 @@ class when(_BodyScope):
         if not c.dtype.is_bool:
             raise TraceError(f"tk.when needs a bool condition, got {c.dtype}", loc,
                              hints=["compare explicitly, e.g. `n != 0`"])
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(_PKG):
-            frame = frame.f_back  # type: ignore[assignment]
-        super().__init__(frame, loc)
+        super().__init__(user_frame(), loc)
         self.cond = c
 
     def __enter__(self) -> None:

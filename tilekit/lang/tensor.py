@@ -5,7 +5,8 @@ known while tracing; its sizes and strides are runtime scalars
 (``X.shape[0]``, ``X.stride(1)``). ``X.tile(shape, index)`` names one box of
 the tensor; ``.load()``/``.store(v)`` move it, and the edge boxes of ragged
 tensors are guarded automatically (loads read ``other`` past the edge,
-stores drop those elements).
+stores drop those elements). ``X.tiles(shape, row=r)`` names a stream of
+boxes for ``tk.pipeline`` (see ``pipeline.py``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from tilekit.errors import TraceError, user_loc
 from tilekit.ir.core import Value
-from tilekit.ir.dtypes import DType
+from tilekit.ir.dtypes import DType, promote
 from tilekit.lang import semantics, tracer
+from tilekit.lang.pipeline import TileStream, check_coordinate, check_padding
 from tilekit.lang.tile import Tile
 
 
@@ -59,8 +63,7 @@ class TensorArg:
                              user_loc())
         return axis % self.ndim
 
-    def tile(self, shape: Any, index: Any) -> TileView:
-        """The box of ``shape`` at tile coordinates ``index`` (element index * shape)."""
+    def _tile_shape(self, shape: Any) -> tuple[int, ...]:
         tile_shape = semantics.static_shape(shape, "a tile shape")
         if len(tile_shape) != self.ndim:
             raise TraceError(
@@ -68,6 +71,11 @@ class TensorArg:
                 f"rank {len(tile_shape)}", user_loc())
         if any(s == 0 for s in tile_shape):
             raise TraceError(f"tile shape {tile_shape} has an empty dimension", user_loc())
+        return tile_shape
+
+    def tile(self, shape: Any, index: Any) -> TileView:
+        """The box of ``shape`` at tile coordinates ``index`` (element index * shape)."""
+        tile_shape = self._tile_shape(shape)
         items = index if isinstance(index, (tuple, list)) else (index,)
         if len(items) != self.ndim:
             raise TraceError(f"`{self.name}` has rank {self.ndim}, so its tile index needs "
@@ -81,10 +89,72 @@ class TensorArg:
             coords.append(t)
         common = coords[0].dtype
         for c in coords[1:]:
-            from tilekit.ir.dtypes import promote
-
             common = promote(common, c.dtype)
         return TileView(self, tile_shape, tuple(semantics.cast(c, common) for c in coords))
+
+    def tiles(self, shape: Any, *, row: Any = None, col: Any = None, along: Any = None,
+              at: Any = None, padding: bool | int | float = 0) -> TileStream:
+        """The stream of tiles of ``shape`` that ``tk.pipeline`` iterates.
+
+        ``row=r`` (2-D): the tiles of row-of-tiles ``r``, stepping along the columns from
+        tile ``(r, 0)``; ``col=c``: column-of-tiles ``c``, stepping along the rows from
+        ``(0, c)``; ``along=axis, at=(...)``: stepping along ``axis`` from tile ``at``
+        (default: all zeros). A 1-D tensor steps along its only axis from tile 0 (or
+        ``at``). Coordinates count tiles, as in ``X.tile``; elements past the tensor's
+        edge read ``padding``.
+        """
+        tile_shape = self._tile_shape(shape)
+        given = [k for k, v in (("row", row), ("col", col), ("along", along)) if v is not None]
+        if len(given) > 1:
+            raise TraceError(
+                f"`{self.name}.tiles` got both {given[0]}= and {given[1]}=; give one", user_loc(),
+                hints=["row=r steps along the columns, col=c along the rows; along=axis, "
+                       "at=(...) is the general form"])
+        if given and given[0] in ("row", "col"):
+            if self.ndim != 2:
+                raise TraceError(
+                    f"{given[0]}= names a row or column of tiles of a 2-D tensor, but "
+                    f"`{self.name}` has rank {self.ndim}", user_loc(),
+                    hints=[f"write `{self.name}.tiles(shape, along=axis, at=(...))`"])
+            if at is not None:
+                raise TraceError(
+                    f"at= goes with along=; {given[0]}= already names the first tile",
+                    user_loc(), hints=["row=r starts at tile (r, 0), col=c at tile (0, c)"])
+            if given[0] == "row":
+                axis, start = 1, [check_coordinate(row, "row="), 0]
+            else:
+                axis, start = 0, [0, check_coordinate(col, "col=")]
+        else:
+            axis = self._stream_axis(along)
+            start = self._stream_start(at)
+        return TileStream(self, tile_shape, axis, tuple(start),
+                          check_padding(padding, self.dtype), user_loc())
+
+    def _stream_axis(self, along: Any) -> int:
+        if along is None:
+            if self.ndim == 1:
+                return 0
+            raise TraceError(
+                f"`{self.name}.tiles` needs the direction its tiles step in", user_loc(),
+                hints=["row=r steps along the columns, col=c along the rows (2-D); "
+                       "along=axis, at=(...) is the general form"])
+        if isinstance(along, Tile):
+            raise TraceError(f"along= must be known when compiling, but it is a runtime "
+                             f"{along.type}", user_loc(), hints=["write the axis as a number"])
+        if not isinstance(along, (int, np.integer)) or isinstance(along, bool) \
+                or not -self.ndim <= along < self.ndim:
+            raise TraceError(f"along={along!r} is not an axis of `{self.name}` (rank "
+                             f"{self.ndim})", user_loc())
+        return int(along) % self.ndim
+
+    def _stream_start(self, at: Any) -> list[int | Tile]:
+        if at is None:
+            return [0] * self.ndim
+        items = at if isinstance(at, (tuple, list)) else (at,)
+        if len(items) != self.ndim:
+            raise TraceError(f"`{self.name}` has rank {self.ndim}, so at= needs {self.ndim} "
+                             f"tile coordinates, got {len(items)}", user_loc())
+        return [check_coordinate(c, "at=") for c in items]
 
     def __repr__(self) -> str:
         return f"<tk.Tensor {self.name}: {self.value.type}>"

@@ -32,7 +32,7 @@ class Escaped:
 
     def error(self) -> TraceError:
         what = f"`{self.name}`" if self.name else "a tile"
-        loop = self.scope_kind is tracer.ScopeKind.LOOP
+        loop = self.scope_kind in (tracer.ScopeKind.LOOP, tracer.ScopeKind.PIPELINE)
         construct = "a " + self.scope_kind.value
         line = f" (line {self.scope_loc.line})" if self.scope_loc else ""
         fix = (f"assign `{self.name}` before the loop so that it becomes loop-carried"

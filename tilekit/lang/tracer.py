@@ -27,6 +27,7 @@ from tilekit.ir.opdef import OpTypeError
 
 class ScopeKind(enum.Enum):
     LOOP = "`tk.range` loop"
+    PIPELINE = "`tk.pipeline` loop"
     WHEN = "`tk.when` block"
 
 
