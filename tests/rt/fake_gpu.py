@@ -11,12 +11,15 @@ the runtime decides and packs (byte for byte what the slow path packs), not the 
 
 ``FakeLibcuda`` is one level lower: a stand-in for libcuda itself, whose functions are C
 callbacks with cuda.h's prototypes, for ``driver.use_library``. With it, ``driver``'s own
-code runs (ctypes conversions included) without a GPU: ``warm_start.py`` uses it.
+code runs (ctypes conversions included) without a GPU: ``warm_start.py`` uses it. Its
+``cuTensorMapEncodeTiled`` records its arguments (``tensor_maps``) and writes a digest of
+them as the map (``encoding``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import struct
 from typing import TYPE_CHECKING, Any
@@ -64,6 +67,10 @@ _LIBCUDA: dict[str, tuple[Any, ...]] = {
     "cuStreamSynchronize": (_ptr,),
     "cuLaunchKernel": (_ptr, *[ctypes.c_uint] * 7, _ptr, _P(_ptr), _P(_ptr)),
     "cuLaunchKernelEx": (ctypes.c_void_p, _ptr, _P(_ptr), _P(_ptr)),
+    "cuTensorMapEncodeTiled": (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
+                               _P(ctypes.c_uint64), _P(ctypes.c_uint64), _P(ctypes.c_uint32),
+                               _P(ctypes.c_uint32), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_int),
 }
 
 _ERROR_NAMES = {0: b"CUDA_SUCCESS", 1: b"CUDA_ERROR_INVALID_VALUE",
@@ -84,6 +91,9 @@ class FakeLibcuda:
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        # cuTensorMapEncodeTiled's calls: (globalAddress, the other arguments in the order
+        # of tilekit.layout.tma.TmaDescriptorParams.driver_args(), the map's address)
+        self.tensor_maps: list[tuple[int, tuple[Any, ...], int]] = []
         self.fail: dict[str, int] = {}
         self.current = 0  # the current context (one thread is enough here)
         self.modules: list[bytes] = []
@@ -201,6 +211,28 @@ class FakeLibcuda:
 
     def _cuLaunchKernelEx(self, config: int, function: int, params: Any, extra: Any) -> int:
         return 0 if function else 400
+
+    def _cuTensorMapEncodeTiled(self, tensor_map: int | None, data_type: int, rank: int,
+                                address: int | None, dims: Any, strides: Any, box: Any,
+                                element_strides: Any, interleave: int, swizzle: int,
+                                l2_promotion: int, oob_fill: int) -> int:
+        """Records the call and writes ``encoding(...)`` of it; the address must be 64-byte
+        aligned and the rank 1..5, as the driver requires (nothing else is checked)."""
+        if not tensor_map or tensor_map % 64 or not 1 <= rank <= 5:
+            return 1  # CUDA_ERROR_INVALID_VALUE
+        args = (data_type, rank, tuple(dims[i] for i in range(rank)),
+                tuple(strides[i] for i in range(rank - 1)), tuple(box[i] for i in range(rank)),
+                tuple(element_strides[i] for i in range(rank)), interleave, swizzle,
+                l2_promotion, oob_fill)
+        self.tensor_maps.append((address or 0, args, tensor_map))
+        ctypes.memmove(tensor_map, self.encoding(address or 0, args), 128)
+        return 0
+
+    @staticmethod
+    def encoding(address: int, args: tuple[Any, ...]) -> bytes:
+        """The 128 bytes the fake driver writes for a map: a digest of its arguments (any
+        change of them changes the bytes)."""
+        return hashlib.sha512(repr((address, args)).encode()).digest() * 2
 
 
 class _Device:
@@ -333,7 +365,7 @@ def slots_of(launch: dict[str, Any], kernel: gpu.LoadedKernel) -> tuple[Any, ...
     when called: decode a launch before the next one of the same kernel)."""
     out = []
     for i, p in enumerate(kernel.compiled.params):
-        code = fastpath.SLOT_FORMATS[p.dtype]
+        code = fastpath.SLOT_FORMATS[fastpath.slot_type(p)]
         out.append(struct.unpack("<" + code, ctypes.string_at(launch["slots"][i],
                                                               struct.calcsize(code)))[0])
     return tuple(out)

@@ -5,6 +5,8 @@ compile function (hand-written PTX), so no code generator or GPU is needed."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import multiprocessing
 import os
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from tilekit import knobs
+from tilekit.codegen.artifact import ParamSlot, SlotKind
 from tilekit.rt import cache, gpu
 from tilekit.rt.launcher import specialize_arguments
 
@@ -129,6 +132,56 @@ def test_entry_of_another_key_is_rebuilt(cache_dir: Path) -> None:
         return cache.encode(key, cache.Entry(fake_compile(module, "sm_80"), b"cubin"))
 
     _corrupt_and_reload(cache_dir, other)
+
+
+def test_tensor_map_slots_round_trip(cache_dir: Path) -> None:
+    """A TENSOR_MAP slot's box and swizzle come back from the disk (format 2)."""
+    module, spec = add_module()
+    maps = (ParamSlot(SlotKind.TENSOR_MAP, "X", "uint8", box=(8, 64), swizzle="B128"),
+            ParamSlot(SlotKind.TENSOR_MAP, "Y", "uint8", box=(1, 2, 256), swizzle="NONE"))
+
+    def with_maps(module, arch, divisible=frozenset()):  # type: ignore[no-untyped-def]
+        kernel = fake_compile(module, arch, divisible)
+        return dataclasses.replace(kernel, params=(*kernel.params[:-1], *maps,
+                                                   kernel.params[-1]))
+
+    built = gpu.compile_cached(module, spec, "sm_90a", compile_fn=with_maps)
+    loaded = gpu.compile_cached(module, spec, "sm_90a", compile_fn=with_maps)
+    assert cache.stats()["disk_hits"] == 1 and loaded.kernel == built.kernel
+    assert loaded.kernel.params[-3:-1] == maps
+    data = cache.entry_path(gpu.cache_key(module, spec, "sm_90a")).read_bytes()
+    header_len = cache._PREFIX.unpack_from(data)[2]
+    header = json.loads(data[cache._PREFIX.size:cache._PREFIX.size + header_len])
+    assert header["kernel"]["params"][-3:-1] == [["tensor_map", "X", "uint8", -1, [8, 64], "B128"],
+                                                 ["tensor_map", "Y", "uint8", -1, [1, 2, 256],
+                                                  "NONE"]]
+
+
+def test_an_entry_of_the_previous_format_is_rebuilt(cache_dir: Path) -> None:
+    """Format 1 wrote a slot as [kind, arg, dtype, axis]: such an entry, even under the
+    current key's name, is a bad entry and is rebuilt; the format is in the key too."""
+    module, spec = add_module()
+    key = gpu.cache_key(module, spec, "sm_90a")
+    assert ("cache_format", str(cache.FORMAT_VERSION)) in cache.toolchain()
+    assert cache.FORMAT_VERSION == 2
+    kernel = fake_compile(module, "sm_90a")
+    old = cache._kernel_to_json(kernel)
+    old["params"] = [slot[:4] for slot in old["params"]]
+    header = json.dumps({"key": key.text, "digest": key.digest, "kernel": old,
+                         "binary_len": len(kernel.binary), "image_len": 5},
+                        sort_keys=True).encode()
+    payload = header + kernel.binary + b"cubin"
+    for version in (1, cache.FORMAT_VERSION):  # the old number, or a file renumbered
+        data = cache._PREFIX.pack(cache.MAGIC, version, len(header), len(payload),
+                                  hashlib.sha256(payload).digest()) + payload
+        with pytest.raises(cache.BadEntry, match="format version 1" if version == 1 else
+                           "malformed header"):
+            cache.decode(key, data)
+    cache.entry_path(key).parent.mkdir(parents=True)
+    cache.entry_path(key).write_bytes(data)
+    entry = gpu.compile_cached(module, spec, "sm_90a", compile_fn=fake_compile)
+    assert cache.stats()["bad_entries"] == 1 and cache.stats()["compiles"] == 1
+    assert entry.kernel == kernel and cache.load(key) is not None
 
 
 def test_unwritable_cache_still_compiles(tmp_path: Path) -> None:

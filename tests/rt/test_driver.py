@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tilekit.errors import ExecutionError, LaunchError
@@ -55,6 +56,58 @@ def test_load_function_opts_in_to_large_shared_memory(lib: FakeLibcuda) -> None:
     assert lib.func_attrs == {(big.handle, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES):
                               100 * 1024}
     assert lib.modules == [b"\x7fELF", b".ver"]
+
+
+def test_pipelined_kernels_opt_in_to_227_kb(lib: FakeLibcuda) -> None:
+    """Up to 48 KB needs no opt-in; above it the attribute is the kernel's whole request,
+    up to the H100's 227 KB."""
+    at_limit = driver.load_function(b"\x7fELF....", "k", 0, driver.MAX_SHARED_WITHOUT_OPT_IN)
+    most = driver.load_function(b"\x7fELF....", "k", 0, 227 * 1024)
+    attribute = driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    assert lib.func_attrs == {(most.handle, attribute): 232448}
+    assert (at_limit.handle, attribute) not in lib.func_attrs
+
+
+def test_a_refused_opt_in_names_the_kernel_and_the_request(lib: FakeLibcuda) -> None:
+    lib.fail["cuFuncSetAttribute"] = 1
+    with pytest.raises(LaunchError, match=r"cuFuncSetAttribute\(k, "
+                                          r"MAX_DYNAMIC_SHARED_SIZE_BYTES=233472\) failed: "
+                                          "CUDA_ERROR_INVALID_VALUE"):
+        driver.load_function(b"\x7fELF....", "k", 0, 228 * 1024)
+
+
+def test_a_kernel_needing_more_shared_memory_than_the_device_offers_is_not_loaded(
+        lib: FakeLibcuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpu._load`` checks the request against the device's opt-in maximum (PROPS: 227 KB)
+    before loading anything."""
+    from tilekit.rt import cache, gpu
+    from tilekit.rt.launcher import specialize_arguments
+
+    from .ptx_kernels import add, vector_add_kernel
+
+    def entry(shared: int) -> cache.Entry:
+        return cache.Entry(vector_add_kernel("sm_90a", shared_bytes=shared), b"\x7fELF....")
+
+    x = np.zeros(16, np.float32)
+    spec, _ = specialize_arguments(add, add.bind((x, x, x, 16), {"BLOCK": 128}, None), None)
+    variant = gpu.Variant(spec, 0, frozenset())
+    try:
+        monkeypatch.setattr(gpu, "compile_cached", lambda *a, **k: entry(227 * 1024))
+        loaded = gpu._load(add, variant, None)
+        assert lib.func_attrs[(loaded.function.handle,
+                               driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)] == 232448
+        add._loaded.clear()
+        loads = lib.calls.count("cuModuleLoadData")
+        monkeypatch.setattr(gpu, "compile_cached", lambda *a, **k: entry(227 * 1024 + 1))
+        with pytest.raises(LaunchError) as info:
+            gpu._load(add, variant, None)
+        assert info.value.message == ("kernel `vector_add` needs 232449 bytes of shared memory "
+                                      "per block, more than the device offers (232448 bytes)")
+        assert "fewer pipeline stages" in info.value.hints[0]
+        assert lib.calls.count("cuModuleLoadData") == loads
+        assert PROPS.max_shared_optin == 232448
+    finally:
+        add._loaded.clear()
 
 
 def test_memory_and_streams(lib: FakeLibcuda) -> None:
@@ -105,7 +158,11 @@ _POINTERS = {"CUcontext", "CUmodule", "CUfunction", "CUstream", "void*", "const 
 _SCALARS = {"int": ctypes.c_int, "unsigned int": ctypes.c_uint, "size_t": ctypes.c_size_t,
             "CUdevice": ctypes.c_int, "CUdeviceptr": ctypes.c_uint64,
             "CUresult": ctypes.c_int, "CUdevice_attribute": ctypes.c_int,
-            "CUpointer_attribute": ctypes.c_int, "CUfunction_attribute": ctypes.c_int}
+            "CUpointer_attribute": ctypes.c_int, "CUfunction_attribute": ctypes.c_int,
+            "cuuint32_t": ctypes.c_uint32, "cuuint64_t": ctypes.c_uint64,
+            "CUtensorMap": driver.CUtensorMap, "CUtensorMapDataType": ctypes.c_int,
+            "CUtensorMapInterleave": ctypes.c_int, "CUtensorMapSwizzle": ctypes.c_int,
+            "CUtensorMapL2promotion": ctypes.c_int, "CUtensorMapFloatOOBfill": ctypes.c_int}
 
 
 def _ctype(c: str) -> object:
@@ -115,7 +172,7 @@ def _ctype(c: str) -> object:
     if c in ("char*", "const char*"):
         return ctypes.c_char_p
     if c.endswith("*"):
-        return ctypes.POINTER(_ctype(c[:-1]))  # type: ignore[arg-type]
+        return ctypes.POINTER(_ctype(c[:-1].removeprefix("const ")))  # type: ignore[arg-type]
     return _SCALARS[c]
 
 

@@ -11,6 +11,11 @@ Kernel ABI (in order, one slot each):
   its ``rank`` sizes, then its ``rank`` strides in elements, each in the tensor's
   index type (``i32`` or ``i64``, ``TensorType.index``);
 * for each scalar argument: its value in its dtype (``bool`` travels as one byte);
+* for each TMA stream of a pipeline: its tensor map (``TENSOR_MAP``), a 128-byte
+  ``CUtensorMap`` passed by value (``__grid_constant__``, 64-byte aligned) that the
+  runtime encodes at launch from the tensor's real shape, strides and base, and the
+  slot's ``box`` (outermost first) and ``swizzle``, through
+  ``tilekit.layout.tma.tma_admissibility`` (cached per tensor);
 * last, the status word pointer (``u64``): a device ``int32[4]`` the kernel writes
   when a ``tk.device_assert`` fails (word 0: 1 + the index of the failed assert in
   ``asserts``; words 1-3: the program id), so that the runtime raises an error at the
@@ -29,6 +34,7 @@ class SlotKind(enum.Enum):
     STRIDE = "stride"  # a tensor's stride along ``axis``, in elements (index type)
     SCALAR = "scalar"  # a runtime scalar argument (its dtype)
     STATUS = "status"  # the status word pointer (u64)
+    TENSOR_MAP = "tensor_map"  # a CUtensorMap for ``arg`` with ``box`` (128 bytes, by value)
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class ParamSlot:
     arg: str  # the IR function argument it comes from ("" for STATUS)
     dtype: str
     axis: int = -1
+    box: tuple[int, ...] = ()  # TENSOR_MAP: the box, outermost first
+    swizzle: str = "NONE"  # TENSOR_MAP: a tilekit.layout.tma.Swizzle name
 
 
 @dataclass(frozen=True)

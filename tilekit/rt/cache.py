@@ -17,13 +17,15 @@ One file per entry, ``<cache dir>/kernels/<name>-<sha256>.tkc``::
     payload = header (UTF-8 JSON) + binary (PTX) + image (cubin, or empty)
 
 The header holds the full key text (compared on read, so a hash collision or a
-renamed file is a miss), the ``CompiledKernel``'s fields as plain JSON, and the
-lengths of the two blobs. Nothing is pickled, imported or executed. Writes go to a
-temporary file in the same directory, fsync'd, then ``os.replace``'d: readers see the
-old entry or the new one, never half of one; two processes compiling the same kernel
-both write complete entries and the last rename wins. A bad entry (truncated,
-flipped, other format, other key) is a miss: the kernel is rebuilt and the entry
-rewritten.
+renamed file is a miss), the ``CompiledKernel``'s fields as plain JSON (a parameter slot
+as ``[kind, arg, dtype, axis, box, swizzle]`` since format 2), and the lengths of the two
+blobs. The format version is in the key too, so an entry of another version is not even
+looked up; read anyway (a renamed file), it is a bad entry. Nothing is pickled,
+imported or executed. Writes go to a temporary file in the same directory, fsync'd, then
+``os.replace``'d: readers see the old entry or the new one, never half of one; two
+processes compiling the same kernel both write complete entries and the last rename
+wins. A bad entry (truncated, flipped, other format, other key) is a miss: the kernel is
+rebuilt and the entry rewritten.
 
 ``stats()`` counts lookups and compiles so that tests count work instead of timing it.
 """
@@ -55,7 +57,8 @@ def _debug(message: str, *args: Any) -> None:
     logging.getLogger("tilekit.cache").debug(message, *args)
 
 MAGIC = b"TKCACHE\0"
-FORMAT_VERSION = 1
+# 2: a parameter slot is [kind, arg, dtype, axis, box, swizzle] (TMA tensor maps).
+FORMAT_VERSION = 2
 _PREFIX = struct.Struct("<8sIIQ32s")
 SUFFIX = ".tkc"
 
@@ -273,7 +276,8 @@ def _kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
     return {
         "name": k.name, "target": k.target, "binary_kind": k.binary_kind,
         "num_warps": k.num_warps, "warp_size": k.warp_size, "shared_bytes": k.shared_bytes,
-        "params": [[p.kind.value, p.arg, p.dtype, p.axis] for p in k.params],
+        "params": [[p.kind.value, p.arg, p.dtype, p.axis, list(p.box), p.swizzle]
+                   for p in k.params],
         "asserts": [[a.message, a.file, a.line, a.col] for a in k.asserts],
         "written_args": list(k.written_args),
         "prints": k.prints,
@@ -285,7 +289,8 @@ def _kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
         name=str(d["name"]), target=str(d["target"]), binary_kind=str(d["binary_kind"]),
         binary=binary, num_warps=int(d["num_warps"]), warp_size=int(d["warp_size"]),
         shared_bytes=int(d["shared_bytes"]),
-        params=tuple(ParamSlot(SlotKind(k), str(a), str(t), int(x)) for k, a, t, x in d["params"]),
+        params=tuple(ParamSlot(SlotKind(k), str(a), str(t), int(x), tuple(int(n) for n in box),
+                               str(swizzle)) for k, a, t, x, box, swizzle in d["params"]),
         asserts=tuple(AssertSite(str(m), str(f), int(ln), None if c is None else int(c))
                       for m, f, ln, c in d["asserts"]),
         written_args=tuple(str(a) for a in d["written_args"]),

@@ -1,5 +1,5 @@
 """The CUDA driver, through ctypes on libcuda: devices, the primary context, modules,
-memory, streams, and the launch call.
+memory, streams, TMA tensor maps, and the launch call.
 
 libcuda is called directly (``ctypes.CDLL("libcuda.so.1")``, found as ``cuda.bindings``
 finds it), not through ``cuda.bindings``: importing those bindings costs 30-45 ms
@@ -29,7 +29,7 @@ import ctypes
 import functools
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,20 @@ _CUdevice = ctypes.c_int
 _CUdeviceptr = ctypes.c_uint64
 _handle = ctypes.c_void_p
 _P = ctypes.POINTER
+_cuuint32, _cuuint64 = ctypes.c_uint32, ctypes.c_uint64
+
+#: ``CUtensorMap``: 128 opaque bytes, ``alignas(64)`` in cuda.h.
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+
+
+class CUtensorMap(ctypes.Structure):
+    """``CUtensorMap`` (cuda.h: ``cuuint64_t opaque[16]``, 64-byte aligned). ctypes cannot
+    state the alignment, so a map is only ever made with ``from_address`` inside a buffer
+    aligned by hand (``encode_tensor_map``)."""
+
+    _fields_ = [("opaque", _cuuint64 * (TENSOR_MAP_BYTES // 8))]
+
 
 # name -> (the library's symbol, argument types); every function returns a CUresult. The
 # symbols are those cuda.h's macros name (``cuMemAlloc`` is ``cuMemAlloc_v2``: the
@@ -98,6 +112,12 @@ _PROTOTYPES: dict[str, tuple[str, tuple[Any, ...]]] = {
                           (ctypes.c_void_p, _CUdeviceptr, _size_t, _handle)),
     "cuMemsetD32Async": ("cuMemsetD32Async", (_CUdeviceptr, _uint, _size_t, _handle)),
     "cuStreamSynchronize": ("cuStreamSynchronize", (_handle,)),
+    # tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
+    # boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill
+    "cuTensorMapEncodeTiled": ("cuTensorMapEncodeTiled",
+                               (_P(CUtensorMap), _int, _cuuint32, ctypes.c_void_p,
+                                _P(_cuuint64), _P(_cuuint64), _P(_cuuint32), _P(_cuuint32),
+                                _int, _int, _int, _int)),
 }
 
 # The enum values tilekit passes (cuda.h).
@@ -111,6 +131,8 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+#: Dynamic shared memory a launch may request without opting in (cuFuncSetAttribute).
+MAX_SHARED_WITHOUT_OPT_IN = 48 * 1024
 
 _NO_DRIVER_HINT = ("install the NVIDIA driver (or add the folder of libcuda.so.1 to "
                    "LD_LIBRARY_PATH); without a GPU, kernels run on the interpreter")
@@ -156,6 +178,16 @@ def library() -> Any:
     return _library
 
 
+# What modules above this one learnt from the library (e.g. ``tensor_maps``' encoded
+# maps): called by ``use_library``.
+_forgetters: list[Callable[[], None]] = []
+
+
+def on_library_change(forget: Callable[[], None]) -> None:
+    """Call ``forget`` whenever ``use_library`` switches the library."""
+    _forgetters.append(forget)
+
+
 def use_library(lib: Any) -> None:
     """Call ``lib`` instead of libcuda from now on (a test's fake driver; None: load
     libcuda again), forgetting what was learnt from the previous one."""
@@ -168,6 +200,8 @@ def use_library(lib: Any) -> None:
     device_props.cache_clear()
     launch_fn.cache_clear()
     launch_ex_fn.cache_clear()
+    for forget in _forgetters:
+        forget()
 
 
 def _fn(name: str) -> Any:
@@ -404,11 +438,39 @@ def load_function(image: bytes, name: str, device: int, shared_bytes: int,
     function = ctypes.c_void_p()
     _call("cuModuleGetFunction", ctypes.byref(function), module, name.encode(), loc=loc,
           what=f"cuModuleGetFunction({name})")
-    if shared_bytes > 48 * 1024:
+    if shared_bytes > MAX_SHARED_WITHOUT_OPT_IN:
         _call("cuFuncSetAttribute", function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-              shared_bytes, loc=loc)
+              shared_bytes, loc=loc,
+              what=f"cuFuncSetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={shared_bytes})")
     handle = function.value or 0
     return LoadedFunction(module.value or 0, handle, handle, device)
+
+
+# --- tensor maps (TMA) --------------------------------------------------------------------
+
+
+def encode_tensor_map(global_address: int, data_type: int, rank: int,
+                      global_dim: Sequence[int], global_strides: Sequence[int],
+                      box_dim: Sequence[int], element_strides: Sequence[int], interleave: int,
+                      swizzle: int, l2_promotion: int, oob_fill: int,
+                      loc: SourceLoc | None = None, what: str | None = None) -> bytes:
+    """One ``cuTensorMapEncodeTiled``: the 128 bytes of the ``CUtensorMap`` it writes.
+
+    The arguments after ``global_address`` are the driver's, in its order (dimension 0
+    innermost, ``global_strides`` in bytes for dimensions 1..rank-1, enums as ints):
+    ``tilekit.layout.tma.TmaDescriptorParams.driver_args()``, passed as they are. The map
+    is written into a 64-byte aligned scratch buffer (the driver requires it) and
+    returned as bytes: it is plain data, valid in any context, passed to kernels by
+    value."""
+    scratch = ctypes.create_string_buffer(TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN)
+    address = ctypes.addressof(scratch)
+    address += -address % TENSOR_MAP_ALIGN
+    tensor_map = CUtensorMap.from_address(address)
+    _call("cuTensorMapEncodeTiled", tensor_map, data_type, rank, global_address,
+          (_cuuint64 * rank)(*global_dim), (_cuuint64 * max(rank - 1, 1))(*global_strides),
+          (_cuuint32 * rank)(*box_dim), (_cuuint32 * rank)(*element_strides), interleave,
+          swizzle, l2_promotion, oob_fill, loc=loc, what=what)
+    return ctypes.string_at(address, TENSOR_MAP_BYTES)
 
 
 # --- memory and streams -------------------------------------------------------------------

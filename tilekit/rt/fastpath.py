@@ -36,6 +36,17 @@ every hit launches exactly what the slow path would. No synchronization, allocat
 copy happens on it (kernels with ``tk.device_assert`` read their status word after the
 launch, as on the slow path), so launches can be captured in a CUDA graph.
 
+**TMA tensor maps.** An entry whose kernel has ``TENSOR_MAP`` slots packs through a
+small function generated for it (``_map_packer``) instead of the bare ``pack_into``: it
+looks each map up in ``tensor_maps``' LRU by the tensor's pointer, extents and strides
+(already read for the key and the other slots) and passes the 128 bytes to the same single
+``pack_into``, into a 64-byte aligned slot of the entry's buffer that the ``kernelParams``
+entry points at. A map not cached yet costs one ``cuTensorMapEncodeTiled`` (host work, no
+stream operation); the map travels by value, so a captured launch replays with the map it
+was captured with. A map the driver cannot encode raises: a miss, and the slow path names
+the argument and the violated rules. Kernels without tensor maps keep the bare
+``pack_into``: their hits do no work for this (the generated code is the same).
+
 What it skips, by design: the ``TILEKIT_INTERPRET`` environment variable is read when a
 launch takes the slow path (``knobs.override(interpret=True)`` turns the fast path off
 while active); numpy, cupy and other arrays always take the slow path.
@@ -55,10 +66,12 @@ from typing import Any
 import numpy as np
 
 from tilekit import knobs
-from tilekit.codegen.artifact import SlotKind
+from tilekit.codegen.artifact import ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
+from tilekit.rt import tensor_maps
+from tilekit.rt.driver import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
 
 MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
 
@@ -72,13 +85,19 @@ COVERED_VARIANT_FACTS = frozenset({"divisible"})
 
 _I32 = 2**31 - 1
 
+# The slot type of a TENSOR_MAP slot (``slot_type``): a CUtensorMap by value, 128 bytes,
+# 64-byte aligned.
+TENSOR_MAP_TYPE = "tensor_map"
+
 # struct formats of the ABI slot types (float16 as IEEE half: 'e' rounds like numpy;
-# bfloat16 travels as its 16 bits, converted by _bf16_bits).
+# bfloat16 travels as its 16 bits, converted by _bf16_bits; a tensor map as its bytes).
 SLOT_FORMATS: dict[str, str] = {
     "bool": "?", "int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint8": "B",
     "uint16": "H", "uint32": "I", "uint64": "Q", "float16": "e", "bfloat16": "H",
-    "float32": "f", "float64": "d",
+    "float32": "f", "float64": "d", TENSOR_MAP_TYPE: f"{TENSOR_MAP_BYTES}s",
 }
+# Slot alignments other than the slot's size.
+_SLOT_ALIGN = {TENSOR_MAP_TYPE: TENSOR_MAP_ALIGN}
 
 # cuLaunchKernelEx's CUlaunchConfig (``driver.LaunchConfig``) as a struct format: grid x y
 # z, block x y z, dynamic shared bytes, padding, the stream handle, then attrs = NULL and
@@ -86,16 +105,23 @@ SLOT_FORMATS: dict[str, str] = {
 # the argument slots, so that one pack_into writes both.
 CONFIG_FORMAT = "<7I4xQ16x"
 CONFIG_BYTES = struct.calcsize(CONFIG_FORMAT)
+CONFIG_VALUES = len(struct.unpack(CONFIG_FORMAT, bytes(CONFIG_BYTES)))
+
+
+def slot_type(slot: ParamSlot) -> str:
+    """The key of a slot in ``SLOT_FORMATS``: its dtype, or ``TENSOR_MAP_TYPE``."""
+    return TENSOR_MAP_TYPE if slot.kind is SlotKind.TENSOR_MAP else slot.dtype
 
 
 def slot_layout(dtypes: Sequence[str]) -> tuple[str, tuple[int, ...], int]:
-    """The little-endian struct format that packs slots of these types one after the
-    other, each at an offset aligned to its size; the offsets; the total size."""
+    """The little-endian struct format that packs slots of these types (``slot_type``) one
+    after the other, each at an offset aligned to its size (a tensor map: to 64 bytes);
+    the offsets; the total size."""
     fmt, offsets, off = ["<"], [], 0
     for dtype in dtypes:
         code = SLOT_FORMATS[dtype]
         size = struct.calcsize("<" + code)
-        pad = -off % size
+        pad = -off % _SLOT_ALIGN.get(dtype, size)
         if pad:
             fmt.append(f"{pad}x")
         off += pad
@@ -103,6 +129,15 @@ def slot_layout(dtypes: Sequence[str]) -> tuple[str, tuple[int, ...], int]:
         fmt.append(code)
         off += size
     return "".join(fmt), tuple(offsets), max(off, 8)
+
+
+def aligned_buffer(size: int, lead: int = 0) -> Any:
+    """A zeroed ctypes char array of ``size`` bytes whose address plus ``lead`` is a
+    multiple of 64 (the alignment of a tensor map; ctypes aligns to 16 at most): a view
+    into a larger array, which it keeps alive."""
+    raw = (ctypes.c_char * (size + TENSOR_MAP_ALIGN))()
+    shift = -(ctypes.addressof(raw) + lead) % TENSOR_MAP_ALIGN
+    return (ctypes.c_char * size).from_buffer(raw, shift)
 
 
 def _bf16_bits(value: Any) -> int:
@@ -468,7 +503,7 @@ class Dispatcher:
         past 2^31 with stride 0, whose 64-bit kernel the slow path keeps running)."""
         if key in self.table:
             return False
-        entry = make_entry(self.profile, loaded)
+        entry = make_entry(self.profile, loaded, spec)
         if entry is None:
             return False
         self.table[key] = entry
@@ -501,28 +536,87 @@ class Dispatcher:
         Launch(self.kern, grid)._miss(tuple(args), kwargs, self)
 
 
-def make_entry(profile: Profile, loaded: Any) -> tuple[Any, ...] | None:
+def make_entry(profile: Profile, loaded: Any,
+               spec: Specialization | None = None) -> tuple[Any, ...] | None:
     """What a hit needs of a loaded kernel, in the generated code's order: (pack, buffer,
     function, kernelParams, threads, shared bytes, grid limits x y z, the loaded kernel
     when its status word must be read). The buffer is the launch configuration followed
     by the slots, the status word written once. None when the kernel's slots are not in
-    the ABI's order (the slow path then serves it)."""
+    the ABI's order (the slow path then serves it). A kernel with tensor maps needs the
+    variant's specialization ``spec`` (the element type of each map's tensor); its pack
+    is ``_map_packer``'s and its slots start 64-byte aligned."""
     compiled = loaded.compiled
     if compiled.prints:  # the slow path synchronizes to flush tk.device_print's output
         return None
     slots = [(p.kind, p.arg, p.axis if p.kind in (SlotKind.SIZE, SlotKind.STRIDE) else -1)
              for p in compiled.params]
-    if slots != canonical_slots(profile):
+    maps = [p for p in compiled.params if p.kind is SlotKind.TENSOR_MAP]
+    canonical = canonical_slots(profile)
+    if slots != canonical[:-1] + [(SlotKind.TENSOR_MAP, p.arg, -1) for p in maps] + \
+            canonical[-1:]:
         return None
-    dtypes = [p.dtype for p in compiled.params]
-    _, offsets, size = slot_layout(dtypes)
-    per_call = CONFIG_FORMAT + slot_layout(dtypes[:-1])[0][1:]  # all but the status word
-    buffer = (ctypes.c_char * (CONFIG_BYTES + size))()
-    struct.pack_into("<" + SLOT_FORMATS[dtypes[-1]], buffer, CONFIG_BYTES + offsets[-1],
+    types = [slot_type(p) for p in compiled.params]
+    _, offsets, size = slot_layout(types)
+    per_call = struct.Struct(CONFIG_FORMAT + slot_layout(types[:-1])[0][1:])  # no status
+    pack = per_call.pack_into
+    if maps:
+        sources = _map_sources(profile, loaded, spec, maps, canonical)
+        if sources is None:
+            return None
+        pack = _map_packer(pack, len(canonical) - 1, sources)
+        buffer = aligned_buffer(CONFIG_BYTES + size, CONFIG_BYTES)
+    else:
+        buffer = (ctypes.c_char * (CONFIG_BYTES + size))()
+    struct.pack_into("<" + SLOT_FORMATS[types[-1]], buffer, CONFIG_BYTES + offsets[-1],
                      loaded.status_ptr)
     base = ctypes.addressof(buffer) + CONFIG_BYTES
     params = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
     mx, my, mz = loaded.props.max_grid
-    return (struct.Struct(per_call).pack_into, buffer, ctypes.c_void_p(loaded.function.handle),
+    return (pack, buffer, ctypes.c_void_p(loaded.function.handle),
             params, compiled.block_threads, compiled.shared_bytes, mx, my, mz,
             loaded if compiled.asserts else None)
+
+
+# (the map's spec, the index of its tensor's pointer among the packed values, its rank)
+MapSource = tuple[tensor_maps.MapSpec, int, int]
+
+
+def _map_sources(profile: Profile, loaded: Any, spec: Specialization | None,
+                 maps: Sequence[ParamSlot],
+                 canonical: Sequence[tuple[SlotKind, str, int]]) -> list[MapSource] | None:
+    """Where each tensor map's tensor is among the values the generated code packs (its
+    pointer, then its extents, then its strides: ``canonical_slots``), with the map's spec;
+    None when a map's argument is not a tensor of the specialization."""
+    facts = dict(spec.args) if spec is not None else {}
+    ranks = {p.name: p.rank for p in profile.args if p.kind == TENSOR}
+    arch = tensor_maps.arch_of(loaded.props.capability)
+    out = []
+    for slot in maps:
+        fact = facts.get(slot.arg)
+        if not isinstance(fact, TensorSpec) or slot.arg not in ranks:
+            return None
+        at = canonical.index((SlotKind.POINTER, slot.arg, -1))
+        out.append((tensor_maps.map_spec(arch, fact.dtype, slot.box, slot.swizzle), at,
+                    ranks[slot.arg]))
+    return out
+
+
+def _map_packer(pack_into: Callable[..., None], count: int,
+                sources: Sequence[MapSource]) -> Callable[..., None]:
+    """A function with ``pack_into``'s arguments but the tensor maps (the launch
+    configuration, then the ``count`` other slot values) that appends the maps, found in
+    ``tensor_maps.encoded``'s LRU by values already among the arguments, and makes the one
+    ``pack_into``. Generated: no loop, no ``*args`` per call."""
+    config = [f"c{i}" for i in range(CONFIG_VALUES)]
+    values = [f"v{i}" for i in range(count)]
+    env: dict[str, Any] = {"_tk_pack_into": pack_into, "_tk_map": tensor_maps.encoded}
+    maps = []
+    for j, (spec, at, rank) in enumerate(sources):
+        env[f"_tk_spec{j}"] = spec
+        maps.append(f"_tk_map(_tk_spec{j}, {', '.join(values[at:at + 1 + 2 * rank])})")
+    head = ", ".join(["buf", "off", *config, *values])
+    text = (f"def _tk_pack_maps({head}):\n"
+            f"    _tk_pack_into({', '.join(['buf', 'off', *config, *values, *maps])})\n")
+    exec(compile(text, "<tilekit fast path tensor maps>", "exec"), env)
+    fn: Callable[..., None] = env["_tk_pack_maps"]
+    return fn

@@ -6,9 +6,10 @@ cache (the compile function is injectable, for tests). A loaded kernel is one
 kernel's candidate facts ``(tensor, dim, n)`` hold, ``tilekit.codegen.size_facts``).
 ``LoadedKernel`` is one kernel loaded on one device with its argument buffer built
 once: a ctypes array of pointers into preallocated ctypes slots, one per ABI parameter
-(``CompiledKernel.params``); a launch writes the pointers, sizes, strides and scalars
-into the slots and makes one ``cuLaunchKernel``. ``launch`` is what ``kern[grid](...)``
-runs on the GPU.
+(``CompiledKernel.params``); a launch writes the pointers, sizes, strides, scalars and
+TMA tensor maps (``tensor_maps``: 128 bytes each, in 64-byte aligned slots) into the
+slots and makes one ``cuLaunchKernel``. ``launch`` is what ``kern[grid](...)`` runs on
+the GPU.
 """
 
 from __future__ import annotations
@@ -24,13 +25,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tilekit import knobs
-from tilekit.codegen.artifact import CompiledKernel, SlotKind
+from tilekit.codegen.artifact import CompiledKernel, ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact, size_facts_holding
 from tilekit.errors import ExecutionError, SourceLoc
 from tilekit.ir.core import Module
+from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
-from tilekit.rt import cache, checks, device_arrays, driver, fastpath, link
+from tilekit.rt import cache, checks, device_arrays, driver, fastpath, link, tensor_maps
 from tilekit.rt.device_arrays import DeviceArray, StagedArray
+
+# A staged array's device buffer (driver.alloc: cuMemAlloc) is at least this aligned.
+_STAGING_ALIGN = 256
 
 # compile_fn(module, arch, divisible): tilekit.codegen.compile_module, or a test's stand-in
 CompileFn = Callable[[Module, str, frozenset[SizeFact]], CompiledKernel]
@@ -128,7 +133,9 @@ def _dump(title: str, text: str) -> None:
 class LoadedKernel:
     """One kernel loaded on one device, with its argument buffer: every ABI slot at a
     fixed, aligned offset of ``buffer`` (written by one ``pack`` call, a
-    ``struct.Struct.pack_into``), and ``params`` the ``void*[]`` pointing at the slots."""
+    ``struct.Struct.pack_into``), and ``params`` the ``void*[]`` pointing at the slots.
+    A kernel with TMA tensor maps (``map_slots``) has its buffer 64-byte aligned, so that
+    each map's slot is."""
 
     compiled: CompiledKernel
     function: driver.LoadedFunction
@@ -138,19 +145,41 @@ class LoadedKernel:
     pack: Callable[..., None]  # pack(buffer, 0, *slot_values)
     params: Any  # ctypes array of void*: the kernelParams
     params_ptr: int
+    map_slots: tuple[ParamSlot, ...] = ()  # the TENSOR_MAP slots
 
     @staticmethod
     def build(compiled: CompiledKernel, function: driver.LoadedFunction,
               props: driver.DeviceProps, status_ptr: int) -> LoadedKernel:
-        fmt, offsets, size = fastpath.slot_layout([p.dtype for p in compiled.params])
-        buffer = (ctypes.c_char * size)()
+        fmt, offsets, size = fastpath.slot_layout([fastpath.slot_type(p)
+                                                   for p in compiled.params])
+        map_slots = tuple(p for p in compiled.params if p.kind is SlotKind.TENSOR_MAP)
+        buffer = fastpath.aligned_buffer(size, 0) if map_slots else (ctypes.c_char * size)()
         base = ctypes.addressof(buffer)
         params = (ctypes.c_void_p * max(1, len(offsets)))(*[base + o for o in offsets])
         return LoadedKernel(compiled, function, props, status_ptr, buffer,
-                            struct.Struct(fmt).pack_into, params, ctypes.addressof(params))
+                            struct.Struct(fmt).pack_into, params, ctypes.addressof(params),
+                            map_slots)
+
+    def map_spec(self, slot: ParamSlot, dtype: DType) -> tensor_maps.MapSpec:
+        """What the map of a ``TENSOR_MAP`` slot depends on for a tensor of ``dtype``."""
+        return tensor_maps.map_spec(tensor_maps.arch_of(self.props.capability), dtype,
+                                    slot.box, slot.swizzle)
+
+    def check_maps(self, arrays: Mapping[str, Any], loc: SourceLoc | None) -> None:
+        """Before anything is queued: a ``LaunchError`` if no tensor map describes one of
+        the tensors the kernel copies by TMA. A device array's map is encoded (and cached
+        for ``fill``); a staged array's is checked at the alignment its buffer will have."""
+        for slot in self.map_slots:
+            arr = arrays[slot.arg]
+            spec = self.map_spec(slot, arr.dtype)
+            if isinstance(arr, DeviceArray):
+                tensor_maps.tensor_map(spec, slot.arg, arr.ptr, arr.shape, arr.strides, loc)
+            else:
+                witness = arr.device_ptr(_STAGING_ALIGN) % _STAGING_ALIGN or _STAGING_ALIGN
+                tensor_maps.check(spec, slot.arg, witness, arr.shape, arr.strides, loc)
 
     def fill(self, arrays: Mapping[str, Any], ptrs: Mapping[str, int],
-             scalars: Mapping[str, np.ndarray]) -> None:
+             scalars: Mapping[str, np.ndarray], loc: SourceLoc | None = None) -> None:
         """Write this launch's values into the argument slots."""
         values: list[Any] = []
         for p in self.compiled.params:
@@ -167,6 +196,10 @@ class LoadedKernel:
                     values.append(int(value.view(np.uint16)))
                 else:
                     values.append(value.item())
+            elif kind is SlotKind.TENSOR_MAP:
+                arr = arrays[p.arg]
+                values.append(tensor_maps.tensor_map(self.map_spec(p, arr.dtype), p.arg,
+                                                     ptrs[p.arg], arr.shape, arr.strides, loc))
             else:
                 values.append(self.status_ptr)
         self.pack(self.buffer, 0, *values)
@@ -255,6 +288,8 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         checks.check_index_width(arr, tspec.index, loc)
         if isinstance(arr, DeviceArray):
             checks.check_alignment(arr, arr.ptr, tspec.aligned16, loc)
+    if loaded.map_slots:
+        loaded.check_maps(tensors, loc)
     stream = device_arrays.stream_handle(stream_arg, loc) if stream_arg is not None else \
         device_arrays.current_stream(list(tensors.values()), values, device)
 
@@ -268,7 +303,7 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
             buffers.append(base)
             ptrs[s.name] = s.device_ptr(base)
             driver.copy_to_device(base, s.upload_source(), s.nbytes, stream, loc)
-        loaded.fill(tensors, ptrs, scalars)
+        loaded.fill(tensors, ptrs, scalars, loc)
         driver.launch(loaded.function, grid, compiled.block_threads, compiled.shared_bytes,
                       stream, loaded.params_ptr, loc)
         if compiled.asserts:
