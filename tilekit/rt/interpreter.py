@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from tilekit.ir.core import Block, Function, Operation, Value
 from tilekit.ir.ops.control import ZeroStepLoop
 from tilekit.ir.ops.elementwise import IntegerDivisionByZero
 from tilekit.ir.ops.memory import DeviceAssertionError
+from tilekit.ir.roles import RoleDeadlock, RoleScheduler
 from tilekit.rt.memory import OutOfBounds
 
 _HINTS_OOB = [
@@ -43,7 +43,7 @@ class ExecContext:
         self.env: dict[int, Any] = {}
         self.out = out if out is not None else sys.stdout
         self.role = "cta"
-        self.roles: _RoleScheduler | None = None
+        self.roles: RoleScheduler | None = None
         self._protocol: ProtocolState | None = None
 
     @property
@@ -121,9 +121,12 @@ class ExecContext:
         """Run ``warp_roles``' producer and consumer side by side (one at a time, switching
         when one waits); the consumer's yields are the results."""
         producer, consumer = (r.block for r in op.regions)
-        scheduler = _RoleScheduler(op)
-        results = scheduler.run(self, [("producer", producer, []),
-                                       ("consumer", consumer, list(args))])
+        try:
+            results = RoleScheduler(op).run(self, [("producer", producer, []),
+                                                   ("consumer", consumer, list(args))])
+        except RoleDeadlock as exc:
+            raise ExecutionError(f"deadlock in program {self.program_id}: {exc}", op.loc,
+                                 _HINTS_DEADLOCK) from None
         return results[1]
 
 
@@ -131,105 +134,6 @@ _HINTS_DEADLOCK = [
     "a wait's phase never completes: check the stage count and the trip count, or run "
     "the protocol checker (TILEKIT_DUMP=sched shows the schedule)",
 ]
-
-
-class _Deadlock(Exception):
-    pass
-
-
-class _RoleScheduler:
-    """Warp roles as threads that take turns: exactly one runs at a time, and it runs until
-    it finishes or waits on a phase that has not completed. Deterministic, and a deadlock
-    (every unfinished role waiting, nothing changed since) is found, not timed out."""
-
-    def __init__(self, op: Operation) -> None:
-        self.op = op
-        self.cv = threading.Condition()
-        self.turn: str | None = None
-        self.version = 0
-        self.state: dict[str, str] = {}  # role -> ready | blocked | done
-        self.blocked_at: dict[str, tuple[int, Operation, str]] = {}
-        self.results: dict[str, list[Any]] = {}
-        self.error: BaseException | None = None
-        self.deadlock = False
-
-    def _bump(self) -> None:
-        self.version += 1
-
-    def run(self, parent: ExecContext, roles: list[tuple[str, Block, list[Any]]]) -> list:
-        protocol = parent.protocol
-        previous = protocol.on_change
-        protocol.on_change = self._bump
-        threads = []
-        for name, block, args in roles:
-            ctx = parent.child(name)
-            ctx.roles = self
-            self.state[name] = "ready"
-            t = threading.Thread(target=self._main, args=(ctx, block, args), daemon=True)
-            threads.append(t)
-        try:
-            with self.cv:
-                for t in threads:
-                    t.start()
-                order = [name for name, _, _ in roles]
-                while True:
-                    runnable = [r for r in order if self.state[r] == "ready" or (
-                        self.state[r] == "blocked" and self.blocked_at[r][0] != self.version)]
-                    if self.error is not None or not runnable:
-                        break
-                    for r in runnable:
-                        self.turn = r
-                        self.cv.notify_all()
-                        while self.turn == r and self.error is None:
-                            self.cv.wait()
-                        if self.error is not None:
-                            break
-                if self.error is None and any(v != "done" for v in self.state.values()):
-                    self.deadlock = True
-                    self.turn = None
-                    self.cv.notify_all()
-            for t in threads:
-                t.join()
-        finally:
-            protocol.on_change = previous
-        if self.error is not None:
-            raise self.error
-        if self.deadlock:
-            waits = "; ".join(f"role `{r}` at `{op.name}` ({op.loc.short if op.loc else '?'}) "
-                              f"on {what}" for r, (_, op, what) in self.blocked_at.items()
-                              if self.state[r] == "blocked")
-            raise ExecutionError(f"deadlock in program {parent.program_id}: {waits}",
-                                 self.op.loc, _HINTS_DEADLOCK)
-        return [self.results[name] for name, _, _ in roles]
-
-    def _main(self, ctx: ExecContext, block: Block, args: list[Any]) -> None:
-        with self.cv:
-            while self.turn != ctx.role and not self.deadlock and self.error is None:
-                self.cv.wait()
-            if self.deadlock or self.error is not None:
-                return
-            try:
-                self.results[ctx.role] = ctx.run_block(block, args)
-                self.state[ctx.role] = "done"
-            except _Deadlock:
-                return
-            except BaseException as exc:  # noqa: BLE001  (re-raised by run())
-                self.error = exc
-            self.turn = None
-            self.cv.notify_all()
-
-    def block(self, ctx: ExecContext, op: Operation, exc: WouldBlock) -> None:
-        """Called (holding the lock) by a role whose wait cannot go on: hand over the turn
-        and sleep until it comes back."""
-        self.state[ctx.role] = "blocked"
-        self.blocked_at[ctx.role] = (self.version, op, exc.what)
-        self.turn = None
-        self.cv.notify_all()
-        while self.turn != ctx.role:
-            if self.deadlock or self.error is not None:
-                raise _Deadlock
-            self.cv.wait()
-        self.state[ctx.role] = "ready"
 
 
 def normalize_grid(grid: Sequence[int]) -> tuple[int, int, int]:

@@ -25,7 +25,15 @@ from tilekit.ir import numerics
 from tilekit.ir.opdef import Effect, OpTypeError, Signature, define
 from tilekit.ir.ops.common import int_scalar, tensor, tile
 from tilekit.ir.ops.memory import tile_coordinates
-from tilekit.ir.types import BarrierType, SharedType, TensorType, TileType, TokenType, Type
+from tilekit.ir.types import (
+    BarrierType,
+    SharedType,
+    TensorType,
+    TileType,
+    TokenType,
+    Type,
+    strip_layout,
+)
 
 #: Copy engines, fastest first (``tilekit.sched`` chooses one per stream).
 ENGINES = ("tma", "cp_async", "plain")
@@ -44,7 +52,8 @@ class StreamSpec:
     padding: bool | int | float = 0
 
     def __str__(self) -> str:
-        return f"{'x'.join(map(str, self.shape))} along {self.axis}"
+        pad = f" padding {self.padding!r}" if self.padding != 0 else ""
+        return f"{'x'.join(map(str, self.shape))} along {self.axis}{pad}"
 
 
 def _gather_tile(binding, index: list, shape: tuple[int, ...], padding) -> np.ndarray | None:
@@ -90,6 +99,9 @@ def _infer_pipeline(sig: Signature) -> list[Type]:
     stages = sig.attr("stages")
     if not isinstance(stages, int) or stages < 1:
         raise OpTypeError(f"stages must be a positive int, got {stages!r}")
+    roles = sig.attrs.get("roles")
+    if roles not in (None, "uniform", "specialized"):
+        raise OpTypeError(f"roles must be None, 'uniform' or 'specialized', got {roles!r}")
     engine = sig.attrs.get("engine")
     if engine is not None and engine not in ENGINES:
         raise OpTypeError(f"unknown copy engine {engine!r}; use one of {', '.join(ENGINES)}")
@@ -103,16 +115,16 @@ def pipeline_tile_types(op) -> list[TileType]:
 
 def _verify_pipeline(op) -> None:
     body = op.regions[0].block
-    inits = [v.type for v in op.variadic("inits")]
-    want = [op.operand("count").type, *pipeline_tile_types(op), *inits]
+    inits = [strip_layout(v.type) for v in op.variadic("inits")]
+    want = [strip_layout(op.operand("count").type), *pipeline_tile_types(op), *inits]
     got = [a.type for a in body.args]
-    if [getattr(t, "without_layout", lambda: t)() for t in got] != want:
+    if [strip_layout(t) for t in got] != want:
         raise OpTypeError(f"pipeline body arguments {list(map(str, got))} do not match the "
                           f"iteration, the streams' tiles and the carried values")
     term = body.terminator
     if term is None or term.name != "yield":
         raise OpTypeError("the body of `pipeline` must end with `yield`")
-    if [v.type for v in term.operands] != inits:
+    if [strip_layout(v.type) for v in term.operands] != inits:
         raise OpTypeError("pipeline body yields do not match its carried values")
 
 
@@ -155,10 +167,11 @@ def _print_pipeline(p, op, indent: str) -> str:
     n = len(_streams(op))
     tiles, carried = args[:n], args[n:]
     streams = ", ".join(
-        f"{p.name(t)} = {p.name(x)}[{', '.join(p.name(i) for i in idx)}] {s}"
+        f"{p.name(t)} = {p.name(x)}[{', '.join(p.name(i) for i in idx)}] {s} : {t.type}"
         for t, x, idx, s in zip(tiles, op.variadic("tensors"), stream_indices(op), _streams(op)))
     head = (f"pipeline {p.name(iv)} < {p.name(op.operand('count'))} stages={op.attrs['stages']}"
-            f" engine={op.attrs.get('engine') or 'auto'} ({streams})")
+            f" engine={op.attrs.get('engine') or 'auto'} roles={op.attrs.get('roles') or 'auto'}"
+            f" ({streams})")
     inits = op.variadic("inits")
     if inits:
         pairs = ", ".join(f"{p.name(a)} = {p.name(v)}" for a, v in zip(carried, inits))
@@ -185,9 +198,18 @@ def _infer_smem_alloc(sig: Signature) -> list[Type]:
     return [SharedType(shape, dtype, stages, sig.attrs.get("layout"))]
 
 
+def _ring_span(op) -> tuple[int, int] | None:
+    """The ring's bytes of shared memory, once placed (stages start 128-byte aligned)."""
+    offset = op.attrs.get("offset")
+    if offset is None:
+        return None
+    ring = op.result.type
+    return offset, offset + ring.stages * (-(-ring.slot_bytes // 128) * 128)
+
+
 define("smem_alloc", [], _infer_smem_alloc,
        lambda ctx, op, args: [ctx.protocol.alloc_ring(op.attrs.get("name", "smem"),
-                                                      op.attrs["stages"])],
+                                                      op.attrs["stages"], _ring_span(op))],
        effects=ASYNC, doc="a ring of shared-memory stages (`offset`: bytes, set by the planner)")
 
 

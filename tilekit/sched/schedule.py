@@ -1,0 +1,471 @@
+"""The schedule solver: every ``pipeline`` op becomes rings, mbarriers and copies.
+
+``schedule_pipelines`` replaces each ``pipeline`` (what ``tk.pipeline`` traces) by the
+scheduled form of ``docs/pipelines.md``: a ``trip_count``, one ring of shared-memory stages
+per stream, ``full``/``empty`` mbarrier rings, the barrier-initialization fence when a
+stream uses TMA, a CTA barrier, the unrolled prologue that fills ``stages - 1`` stages, the
+steady-state loop (wait ``full``, read the stages, release them on ``empty``, then the
+user's body with its block arguments replaced), a final CTA barrier and the barriers'
+invalidation. Slots and parities are ordinary integer ops on the loop index. A pipeline with
+TMA streams whose shared memory an earlier pipeline used starts with ``fence_proxy_async``
+(the earlier generic-proxy writes of those bytes, then TMA's async-proxy writes). With warp
+roles the producer loop runs in ``warp_roles``' region 0 and the consumer loop in region 1.
+
+What is preserved: the values the body computes, for every trip count (the interpreter runs
+the scheduled IR through ``tilekit.ir.async_protocol``, which checks every rule of the
+protocol; ``tilekit.sched.protocol`` checks it without data). Every generated op carries the
+pipeline's source location, so an error about it names the user's line.
+
+Warp roles. ``roles="specialized"`` needs ``setmaxnreg`` (sm_90a). On other targets the
+pipeline falls back to the uniform schedule and the report (``TILEKIT_DUMP=sched``) says so
+(a kernel written for Hopper must still run on Ampere and on targets compiled as sm_80).
+``roles=None`` is the uniform schedule for now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+
+from tilekit.codegen.target import Target, get_target
+from tilekit.errors import ScheduleError, SourceLoc
+from tilekit.ir.builder import Builder
+from tilekit.ir.core import Block, Function, Module, Operation, Region, Value, clone_module
+from tilekit.ir.dtypes import DType
+from tilekit.ir.ops.asynchronous import StreamSpec, stream_indices
+from tilekit.ir.passes import should_dump
+from tilekit.ir.verifier import verify
+from tilekit.sched.engines import (
+    Engine,
+    EngineDecision,
+    TensorFacts,
+    admissible,
+    choose_engine,
+    target_arch,
+    tile_bytes,
+)
+from tilekit.sched.report import RoleMode, RolePlan, ScheduleReport, StreamReport
+from tilekit.sched.smem_plan import Buffer, Request, SmemPlan, plan_shared_memory
+
+PRODUCER_WARPS = 1
+PRODUCER_REGS = 40
+CONSUMER_REGS = 232
+
+#: The facts ``tilekit.lang.kernel`` attaches to a traced function; carried to the clone.
+FACT_ATTRS = ("aligned16", "unit_inner", "strides16")
+
+SizeFact = tuple[str, int, int]
+
+
+# --- what is decided before any IR is written ------------------------------------------------
+
+@dataclass
+class _Pipeline:
+    """One pipeline op and everything decided about it."""
+
+    op: Operation
+    key: int
+    live: tuple[int, int]
+    stages: int
+    streams: tuple[StreamReport, ...]
+    roles: RolePlan
+
+    @property
+    def loc(self) -> SourceLoc | None:
+        return self.op.loc
+
+    @property
+    def tma_bytes(self) -> int:
+        return sum(s.tile_bytes for s in self.streams if s.engine is Engine.TMA)
+
+    @property
+    def any_other(self) -> bool:
+        return any(s.engine is not Engine.TMA for s in self.streams)
+
+    @property
+    def arrivals(self) -> int:
+        return int(self.tma_bytes > 0) + int(self.any_other)
+
+    def ring_name(self, k: int) -> str:
+        return f"p{self.key}.{self.streams[k].tensor}.{k}"
+
+    def bar_name(self, which: str) -> str:
+        return f"p{self.key}.{which}"
+
+    def buffers(self) -> tuple[Buffer, ...]:
+        rings = [Buffer.ring(self.ring_name(k), s.tile_bytes, self.stages)
+                 for k, s in enumerate(self.streams)]
+        return (*rings, Buffer.barriers(self.bar_name("full"), self.stages),
+                Buffer.barriers(self.bar_name("empty"), self.stages))
+
+
+def _facts(fn: Function, value: Value) -> TensorFacts:
+    name = value.name_hint or "<tensor>"
+    have = {f: name in frozenset(getattr(fn, f, frozenset())) for f in FACT_ATTRS}
+    return TensorFacts(name, value.tensor_type.dtype, have["aligned16"], have["unit_inner"],
+                       have["strides16"])
+
+
+def _roles(op: Operation, tgt: Target, num_warps: int) -> RolePlan:
+    requested = op.attrs.get("roles")
+    if requested not in (None, "uniform", "specialized"):
+        raise ScheduleError(f"unknown warp roles {requested!r}", op.loc,
+                            ["use warp_roles=True (specialized), False (uniform) or None"])
+    if requested is None:
+        return RolePlan(RoleMode.UNIFORM, None,
+                        "no warp roles requested: every warp issues copies and consumes "
+                        "stages (uniform schedule)")
+    if requested == "uniform":
+        return RolePlan(RoleMode.UNIFORM, requested, "")
+    arch = target_arch(tgt.name)
+    if not (arch is not None and arch >= 90 and tgt.name.endswith("a")):
+        return RolePlan(RoleMode.UNIFORM, requested,
+                        f"warp specialization needs sm_90a (setmaxnreg); {tgt.name} runs the "
+                        "uniform schedule instead")
+    warps = PRODUCER_WARPS + num_warps
+    if warps * tgt.warp_size > tgt.max_threads:
+        raise ScheduleError(
+            f"warp roles need {warps} warps ({PRODUCER_WARPS} producer + {num_warps} "
+            f"consumer), more than the {tgt.max_threads // tgt.warp_size} a block may have",
+            op.loc, [f"use num_warps <= {tgt.max_threads // tgt.warp_size - PRODUCER_WARPS}"])
+    for inner in op.walk():
+        if inner is not op and inner.name == "pipeline":
+            raise ScheduleError(
+                "a pipeline inside the body of a warp-specialized pipeline is not supported "
+                "(its CTA barriers would run in one role only)", inner.loc,
+                ["use warp_roles=False on the outer pipeline"])
+    return RolePlan(RoleMode.SPECIALIZED, requested, "", PRODUCER_WARPS, num_warps,
+                    PRODUCER_REGS, CONSUMER_REGS)
+
+
+def _forced(op: Operation) -> Engine | None:
+    engine = op.attrs.get("engine")
+    return None if engine is None else Engine(engine)
+
+
+def _not_admissible(op: Operation, stream: StreamReport, facts: TensorFacts,
+                    target: str) -> ScheduleError:
+    d = stream.decision
+    reasons = d.rejected(d.engine)
+    what = f"stream {stream.index} (`{stream.tensor}`, {'x'.join(map(str, stream.shape))} tiles)"
+    fallback = choose_engine(facts, stream.shape, stream.padding, target).engine
+    hints = [str(r) for r in reasons]
+    hints.append(f"drop engine={d.engine.value!r} to let tilekit choose ({fallback} here), or "
+                 "pass tensors that meet these rules (a 16-byte aligned base, unit inner stride "
+                 "and row strides that are multiples of 16 bytes admit TMA and cp.async)")
+    return ScheduleError(
+        f"engine {d.engine.value!r} is not admissible for {what} on {target}: "
+        + "; ".join(f"{r.rule.name}: {r.message}" for r in reasons), op.loc, hints)
+
+
+def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: Target,
+            num_warps: int, divisible: frozenset[SizeFact]) -> _Pipeline:
+    specs: tuple[StreamSpec, ...] = op.attrs["streams"]
+    forced = _forced(op)
+    streams = []
+    for k, (spec, tensor) in enumerate(zip(specs, op.variadic("tensors"))):
+        facts = _facts(fn, tensor)
+        decision: EngineDecision = choose_engine(facts, spec.shape, spec.padding, tgt.name,
+                                                 forced)
+        guarded = not all((facts.name, d, n) in divisible
+                          for d, n in enumerate(spec.shape) if n > 1)
+        report = StreamReport(k, facts.name, spec.shape, facts.dtype, spec.axis, spec.padding,
+                              decision, tile_bytes(spec.shape, facts.dtype), guarded)
+        if not admissible(decision):
+            raise _not_admissible(op, report, facts, tgt.name)
+        streams.append(report)
+    return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams),
+                     _roles(op, tgt, num_warps))
+
+
+def _collect(fn: Function, tgt: Target, num_warps: int,
+             divisible: frozenset[SizeFact]) -> list[_Pipeline]:
+    """Every pipeline of ``fn`` in program order, with its lifetime (the positions of its
+    op and of the last op nested in it)."""
+    order = list(fn.walk())
+    position = {id(op): i for i, op in enumerate(order)}
+    found = []
+    for op in order:
+        if op.name != "pipeline":
+            continue
+        last = position[id(op)] + sum(1 for _ in op.walk()) - 1
+        found.append(_decide(fn, op, len(found), (position[id(op)], last), tgt, num_warps,
+                             divisible))
+    return found
+
+
+# --- writing the IR ---------------------------------------------------------------------------
+
+class _Emitter:
+    """Creates ops at an insertion point, every one at the pipeline's source line."""
+
+    def __init__(self, block: Block, loc: SourceLoc | None, index: DType) -> None:
+        self.b = Builder(block)
+        self.loc = loc
+        self.index = index  # the trip count's integer type
+        self.consts: dict[tuple[int, DType], Value] = {}  # made once, before the schedule
+
+    def hoist(self, *values: int) -> None:
+        """Make these index constants at the insertion point, for every later use (the
+        point must dominate the schedule: the start of it)."""
+        for v in values:
+            if (v, self.index) not in self.consts:
+                self.consts[(v, self.index)] = self.const(v)
+
+    def op(self, name: str, operands: dict | None = None, attrs: dict | None = None,
+           regions: Sequence[Region] = ()) -> Operation:
+        return self.b.create(name, operands, attrs, regions, loc=self.loc)
+
+    def const(self, value: int | bool, dtype: DType | None = None) -> Value:
+        hoisted = self.consts.get((value, dtype or self.index))
+        if hoisted is not None and type(value) is int:
+            return hoisted
+        return self.op("constant", attrs={"value": value, "dtype": dtype or self.index,
+                                          "shape": ()}).result
+
+    def binary(self, name: str, a: Value, b: Value | int) -> Value:
+        if isinstance(b, int):
+            b = self.const(b, a.tile_type.dtype)
+        return self.op(name, {"lhs": a, "rhs": b}).result
+
+    def cast(self, v: Value, dtype: DType) -> Value:
+        if v.tile_type.dtype is dtype:
+            return v
+        return self.op("cast", {"x": v}, {"dtype": dtype}).result
+
+    def when(self, cond: Value, body: Callable[[], None]) -> None:
+        block = Block()
+        with self.b.at_end_of(block):
+            body()
+            self.op("yield")
+        self.op("when", {"cond": cond}, regions=[Region([block])])
+
+    def loop(self, lo: Value, hi: Value, inits: Sequence[Value],
+             body: Callable[[Value, list[Value]], list[Value]]) -> Operation:
+        block = Block([lo.type, *(v.type for v in inits)])
+        with self.b.at_end_of(block):
+            yields = body(block.args[0], list(block.args[1:]))
+            self.op("yield", {"values": yields})
+        return self.op("for", {"lo": lo, "hi": hi, "step": self.const(1), "inits": list(inits)},
+                       regions=[Region([block])])
+
+
+@dataclass
+class _Rings:
+    """The scheduled pipeline's shared state: its rings and barrier rings."""
+
+    bufs: list[Value]
+    full: Value
+    empty: Value
+
+
+def _produce(e: _Emitter, p: _Pipeline, r: _Rings, j: Value, slot: Value,
+             parity: Value) -> None:
+    """Fill stage ``slot`` with tile ``j`` of every stream, completing on ``full[slot]``."""
+    op = p.op
+    e.op("mbarrier_wait", {"bar": r.empty, "slot": slot, "parity": parity})
+    if p.tma_bytes:
+        e.op("mbarrier_expect_tx", {"bar": r.full, "slot": slot}, {"bytes": p.tma_bytes})
+    for k, (s, tensor, start) in enumerate(zip(p.streams, op.variadic("tensors"),
+                                               stream_indices(op))):
+        coords = list(start)
+        along = coords[s.axis]
+        coords[s.axis] = e.binary("add", along, e.cast(j, along.tile_type.dtype))
+        attrs = {"engine": s.engine.value, "shape": s.shape, "padding": s.padding,
+                 "guarded": s.guarded}
+        if s.engine is Engine.CP_ASYNC:
+            attrs["vector_bytes"] = s.decision.vector_bytes
+        elif s.engine is Engine.TMA:
+            attrs["box"] = s.decision.box
+        e.op("copy_g2s", {"tensor": tensor, "index": coords, "dst": r.bufs[k], "slot": slot,
+                          "bar": r.full, "bslot": slot}, attrs)
+    if p.any_other:
+        e.op("mbarrier_arrive", {"bar": r.full, "slot": slot})
+
+
+def _produce_at(e: _Emitter, p: _Pipeline, r: _Rings, j: Value) -> None:
+    """produce(j) with its slot ``j % S`` and the parity ``((j / S) & 1) ^ 1`` of the
+    ``empty`` phase that frees it (a fresh barrier passes parity 1 at once)."""
+    slot = e.binary("mod", j, p.stages)
+    lap = e.binary("and", e.binary("floordiv", j, p.stages), 1)
+    _produce(e, p, r, j, slot, e.binary("xor", lap, 1))
+
+
+def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> list[Value]:
+    """Wait for stage ``i % S``, read every stream's tile, release the stage."""
+    slot = e.binary("mod", i, p.stages)
+    parity = e.binary("and", e.binary("floordiv", i, p.stages), 1)
+    e.op("mbarrier_wait", {"bar": r.full, "slot": slot, "parity": parity})
+    tiles = [e.op("smem_read", {"src": buf, "slot": slot}).result for buf in r.bufs]
+    if p.tma_bytes:
+        # The next TMA copy into this stage writes through the async proxy: the reads
+        # above (generic proxy) are ordered before it only by a proxy fence in the reading
+        # threads. Without it the H100 let copies overtake reads (a copy of 8192 x 8192
+        # bf16 in (8, 256) tiles read the next lap's data, d = +stages tiles, ~2000 elements
+        # per run).
+        e.op("fence_proxy_async")
+    e.op("mbarrier_arrive", {"bar": r.empty, "slot": slot})
+    return tiles
+
+
+def _splice_body(p: _Pipeline, block: Block, i: Value, tiles: list[Value],
+                 carried: list[Value], remap: dict[int, Value]) -> list[Value]:
+    """Move the user's body into ``block`` with its arguments replaced; its yields."""
+    body = p.op.regions[0].block
+    for old, new in zip(body.args, [i, *tiles, *carried]):
+        remap[id(old)] = new
+    *ops, term = body.ops
+    for op in ops:
+        block.append(op)
+    return [remap.get(id(v), v) for v in term.operands]
+
+
+def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Operation]:
+    """The ops that replace pipeline ``p`` (built in a scratch block)."""
+    op = p.op
+    count = op.operand("count")
+    scratch = Block()
+    e = _Emitter(scratch, op.loc, count.tile_type.dtype)
+    place = plan.of(p.key)
+    S = p.stages
+    n = e.op("trip_count", {"n": count}, {"pipeline": p.key, "stages": S}).result
+    e.hoist(0, 1, S, S - 1)
+    bufs = []
+    for k, s in enumerate(p.streams):
+        name = p.ring_name(k)
+        bufs.append(e.op("smem_alloc", attrs={"shape": s.shape, "dtype": s.dtype, "stages": S,
+                                              "name": name, "offset": place.offset(name)}
+                         ).result)
+    full = e.op("mbarrier_alloc", attrs={
+        "count": S, "arrivals": p.arrivals, "name": p.bar_name("full"),
+        "offset": place.offset(p.bar_name("full"))}).result
+    empty = e.op("mbarrier_alloc", attrs={
+        "count": S, "arrivals": 1, "name": p.bar_name("empty"),
+        "offset": place.offset(p.bar_name("empty"))}).result
+    rings = _Rings(bufs, full, empty)
+    if p.tma_bytes:
+        e.op("fence_mbarrier_init")
+        if place.reuses:  # earlier pipelines' generic writes of these bytes, then TMA's
+            e.op("fence_proxy_async")
+    e.op("cta_barrier")
+    inits = op.variadic("inits")
+    zero = e.const(0)
+
+    def consumer_loop(emit: _Emitter, carried_in: Sequence[Value], prefetch: bool
+                      ) -> Operation:
+        def step(i: Value, carried: list[Value]) -> list[Value]:
+            if prefetch:  # when i + S-1 < n: produce(i + S-1)
+                j = emit.binary("add", i, S - 1)
+                emit.when(emit.binary("lt", j, n), lambda: _produce_at(emit, p, rings, j))
+            tiles = _consume(emit, p, rings, i)
+            return _splice_body(p, emit.b.block, i, tiles, carried, remap)
+
+        return emit.loop(zero, n, carried_in, step)
+
+    if p.roles.mode is RoleMode.UNIFORM:
+        for j in range(S - 1):  # the prologue, unrolled: when j < n: produce(j)
+            jv = e.const(j)
+            e.when(e.binary("lt", jv, n),
+                   lambda jv=jv, j=j: _produce(e, p, rings, jv, e.const(j % S),
+                                               e.const(((j // S) & 1) ^ 1)))
+        results = consumer_loop(e, inits, prefetch=True).results
+    else:
+        producer, consumer = Block(), Block([v.type for v in inits])
+        with e.b.at_end_of(producer):
+            e.loop(zero, n, [], lambda j, _: (_produce_at(e, p, rings, j), [])[1])
+            e.op("yield")
+        with e.b.at_end_of(consumer):
+            e.op("yield", {"values": consumer_loop(e, consumer.args, prefetch=False).results})
+        r = p.roles
+        results = e.op("warp_roles", {"inits": list(inits)}, {
+            "producer_warps": r.producer_warps, "consumer_warps": r.consumer_warps,
+            "producer_regs": r.producer_regs, "consumer_regs": r.consumer_regs},
+            regions=[Region([producer]), Region([consumer])]).results
+    e.op("cta_barrier")
+    e.op("mbarrier_inval", {"bar": full})
+    e.op("mbarrier_inval", {"bar": empty})
+    for old, new in zip(op.results, results):
+        remap[id(old)] = new
+    return list(scratch.ops)
+
+
+def _rewrite(block: Block, by_op: dict[int, _Pipeline], plan: SmemPlan,
+             remap: dict[int, Value]) -> None:
+    out: list[Operation] = []
+    for op in block.ops:
+        for region in op.regions:
+            for inner in region.blocks:
+                _rewrite(inner, by_op, plan, remap)
+        p = by_op.get(id(op))
+        out.extend(_schedule(p, plan, remap) if p is not None else [op])
+    for op in out:
+        op.parent = block
+    block.ops = out
+
+
+def _apply(fn: Function, remap: dict[int, Value]) -> None:
+    for op in fn.walk():
+        op.operands = [remap.get(id(v), v) for v in op.operands]
+
+
+# --- the pass ---------------------------------------------------------------------------------
+
+def _copy_facts(old: Function, new: Function) -> None:
+    """The plain attributes a function carries beside its dataclass fields (the bucket's
+    facts), which ``clone_module`` does not copy."""
+    own = {f.name for f in fields(Function)}
+    for key, value in vars(old).items():
+        if key not in own:
+            setattr(new, key, value)
+
+
+def schedule_function(fn: Function, tgt: Target, num_warps: int,
+                      divisible: frozenset[SizeFact]) -> tuple[ScheduleReport, ...]:
+    """Schedule ``fn``'s pipelines in place; the reports. Sets ``fn.pipeline_smem_bytes``
+    (the shared memory the pipelines take, from offset 0) and ``fn.schedule_reports``."""
+    pipes = _collect(fn, tgt, num_warps, divisible)
+    plan = plan_shared_memory(
+        [Request(p.key, p.loc, p.live, p.buffers(), p.stages) for p in pipes],
+        limit=tgt.max_shared_bytes, target=tgt.name)
+    remap: dict[int, Value] = {}
+    _rewrite(fn.entry, {id(p.op): p for p in pipes}, plan, remap)
+    _apply(fn, remap)
+    reports = tuple(
+        ScheduleReport(p.key, fn.name, p.loc, p.stages, p.streams, p.roles, p.arrivals,
+                       plan.of(p.key).base, plan.of(p.key).bytes, plan.of(p.key).buffers,
+                       plan.of(p.key).reuses, plan.total_bytes, plan.limit, tgt.name)
+        for p in pipes)
+    fn.pipeline_smem_bytes = plan.total_bytes  # type: ignore[attr-defined]
+    fn.schedule_reports = reports  # type: ignore[attr-defined]
+    return reports
+
+
+def schedule_pipelines(module: Module, target: str | Target, *, num_warps: int = 4,
+                       divisible: frozenset[SizeFact] = frozenset()) -> Module:
+    """A copy of ``module`` with every ``pipeline`` op scheduled for ``target``.
+
+    ``num_warps`` is the block's warps (the consumer warps with warp roles);
+    ``divisible`` the call's size facts ``(tensor, dim, n)``. Each function of the result
+    has ``pipeline_smem_bytes`` and ``schedule_reports``. Raises ``ScheduleError`` at the
+    user's line for a forced engine that is not admissible, shared memory over the
+    target's limit, or a protocol the checker refutes."""
+    tgt = target if isinstance(target, Target) else get_target(target)
+    out = clone_module(module)
+    for old, new in zip(module.functions, out.functions):
+        _copy_facts(old, new)
+        schedule_function(new, tgt, num_warps, frozenset(divisible))
+    verify(out)
+    if should_dump("sched"):
+        from tilekit.sched.dump import dump_schedule
+
+        dump_schedule(out, tgt)
+    _check_protocol(out)
+    return out
+
+
+def _check_protocol(module: Module) -> None:
+    """The barrier protocol of every scheduled pipeline, checked without data
+    (``tilekit.sched.protocol``; imported here, when it is needed)."""
+    from tilekit.sched.protocol import check_protocol
+
+    check_protocol(module)
