@@ -68,6 +68,14 @@ INTERPRET: Knob[bool] = Knob(
     "Run every kernel on the CPU interpreter (numpy), even when a GPU is present. "
     "The interpreter checks every memory access and names the faulting source line.",
 )
+JITTER: Knob[bool] = Knob(
+    "TILEKIT_JITTER",
+    _parse_bool,
+    False,
+    "Compile pipelines with a random delay (0-2 us) before each copy a producer issues and "
+    "each stage a consumer reads: a stress test of the barrier protocol (bench/pipeline.py "
+    "--stress). Slow; for testing only. Part of the cache key.",
+)
 DUMP: Knob[frozenset[str]] = Knob(
     "TILEKIT_DUMP",
     _parse_names,
@@ -75,6 +83,8 @@ DUMP: Knob[frozenset[str]] = Knob(
     "Comma-separated stages to print to stderr: `ir` (the traced IR), a pass name "
     "(the IR after that pass), `all` (after every pass), `layout` (the IR with every "
     "tile's layout and the convert_layout plans, when a kernel is compiled for the GPU), "
+    "`sched` (each pipeline's schedule: copy engine per stream with the rules that "
+    "rejected TMA, stages, shared-memory plan, warp roles; then the scheduled IR), "
     "`llvm` (its LLVM IR) or `ptx` (its PTX; printed when the kernel is compiled or "
     "loaded from the disk cache).",
 )
@@ -99,7 +109,7 @@ CACHE_DIR: Knob[str] = Knob(
     "`~/.cache/tilekit`). `tilekit cache clear` empties it.",
 )
 
-ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR)
+ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR, JITTER)
 
 _overrides: dict[str, Any] = {}
 

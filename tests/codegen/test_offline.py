@@ -88,8 +88,16 @@ def _example_cases() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
         return "transpose", (_empty((1000, 37), f32), _empty((37, 1000), f32)), \
             dict(BM=64, BN=16)
 
+    def pipeline_copy():
+        x = _empty((300, 1000), f32)
+        return "pipeline_copy", (x, x.copy()), dict(BM=8, BN=128, STAGES=3)
+
+    def pipeline_row_sum():
+        return "pipeline_row_sum", (_empty((1000, 4097), bf16), _empty((1000,), f32)), \
+            dict(BM=8, BN=256, STAGES=3)
+
     return {f.__name__: f for f in (vector_add, softmax, argmax, histogram, layer_norm,
-                                    matmul, transpose)}
+                                    matmul, transpose, pipeline_copy, pipeline_row_sum)}
 
 
 EXAMPLE_CASES = _example_cases()
@@ -396,7 +404,10 @@ def run_in_child(fn: Callable[[], Any], timeout: float = 120.0) -> Any:
     return value
 
 
-@pytest.mark.parametrize("name", ALL_EXAMPLES)
+PIPELINED = [n for n in ALL_EXAMPLES if n.startswith("pipeline_")]
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_EXAMPLES if n not in PIPELINED])
 def test_example_assembles_for_gfx942(name: str):
     module = example_module(name)
 
@@ -406,6 +417,15 @@ def test_example_assembles_for_gfx942(name: str):
 
     kind, magic, warp = run_in_child(build)
     assert (kind, magic, warp) == ("elf", b"\x7fELF", 64)
+
+
+@pytest.mark.parametrize("name", PIPELINED)
+def test_pipelines_on_gfx942_are_refused_at_the_users_line(name: str):
+    from tilekit.errors import LoweringError
+
+    with pytest.raises(LoweringError, match="AMD") as info:
+        compile_module(example_module(name), "gfx942")
+    assert info.value.loc is not None and info.value.loc.file.endswith(f"{name}.py")
 
 
 # --- SASS -----------------------------------------------------------------------------------

@@ -399,7 +399,8 @@ kernel @_printed(%X: tensor<?x?xf32, i32>, %Y: tensor<?xf32, i32>, %first: i32) 
   %8 = sub %7, %first : i32
   %9 = constant 0 : i32
   %10 = maximum %8, %9 : i32
-  %11 = pipeline %13 < %10 stages=3 engine=tma roles=auto (%12 = %X[%1, %first] 1x32 along 1) \
+  %11 = pipeline %13 < %10 stages=3 engine=tma roles=auto (%12 = %X[%1, %first] 1x32 along 1 \
+: tile<1x32xf32>) \
 iter_args(%14 = %2) {
     %15 = add %14, %12 : tile<1x32xf32>
     yield %15

@@ -1,6 +1,8 @@
 """The code generation pipeline for one kernel: layouts, lowering, LLVM, PTX/AMDGCN.
 
-``compile_module`` runs, in order: ``assign_layouts`` (every tile gets a layout;
+``compile_module`` runs, in order: ``schedule_pipelines`` when the kernel has a
+``tk.pipeline`` (``tilekit.sched``: rings, mbarriers, asynchronous copies, warp roles;
+``TILEKIT_DUMP=sched`` prints the schedule), ``assign_layouts`` (every tile gets a layout;
 ``TILEKIT_DUMP=layout`` prints the IR with them), ``lower_function`` (per-thread
 LLVM IR), libdevice linking when a transcendental needs it (NVPTX; its bitcode is
 parsed on a worker thread meanwhile, ``LibdevicePrefetch``), LLVM's O3 pipeline, and
@@ -198,6 +200,41 @@ def emit_binary(text: str, tgt: Target, kernel: str, uses_libdevice: bool,
     return binary, kind, llvm_text
 
 
+def schedule(module: Module, tgt: Target, num_warps: int,
+             divisible: frozenset[tuple[str, int, int]]) -> Module:
+    """The module with its pipelines scheduled for ``tgt`` (``tilekit.sched``); the module
+    itself when it has none. Pipelines are lowered for NVIDIA targets only."""
+    first = next((op for op in module.walk() if op.name == "pipeline"), None)
+    if first is None:
+        return module
+    if not tgt.is_nvidia:
+        from tilekit.codegen.lower_async import AMD_MESSAGE
+
+        raise LoweringError(AMD_MESSAGE, first.loc,
+                            hints=[f"{tgt.name} has no asynchronous copies modelled yet"])
+    from tilekit.sched import schedule_pipelines
+
+    scheduled = schedule_pipelines(module, tgt, num_warps=num_warps, divisible=divisible)
+    return module if scheduled is None else scheduled
+
+
+def _role_warps(module: Module, warps: int) -> int:
+    """The warps tiles are laid out for: the consumer role's under warp roles."""
+    roles = next((op for op in module.walk() if op.name == "warp_roles"), None)
+    return warps if roles is None else int(roles.attrs["consumer_warps"])
+
+
+def written_args(module: Module) -> tuple[str, ...]:
+    """The tensor arguments a kernel may write (stores, atomics, bulk stores)."""
+    names = set()
+    for op in module.walk():
+        if op.name in ("store", "tile_store", "atomic"):
+            names.add(op.operands[0].name_hint)
+        elif op.name == "copy_s2g":
+            names.add(op.operand("tensor").name_hint)
+    return tuple(sorted(n for n in names if n))
+
+
 def compile_module(module: Module, target: str | Target = "sm_90a",
                    num_warps: int | None = None,
                    divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
@@ -206,7 +243,8 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
     The bucket's facts come from the specialization (``fn.aligned16``, ``unit_inner``,
     ``strides16``, set when it was traced) and from the call (``divisible``: triples
     ``(tensor, dim, n)`` whose size along ``dim`` is a multiple of ``n``; see
-    ``tilekit.codegen.size_facts``)."""
+    ``tilekit.codegen.size_facts``). A kernel with warp roles gets more warps than
+    ``num_warps``: its producer warps (``CompiledKernel.num_warps`` says how many in all)."""
     from tilekit.codegen.lower import lower_function
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
 
@@ -218,27 +256,32 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
                             f"threads per block on {tgt.name}", fn.loc)
     prefetch = LibdevicePrefetch.start(module, tgt)
     try:
+        module = schedule(module, tgt, warps, divisible)
+        pipeline_bytes = int(getattr(module.kernel, "pipeline_smem_bytes", 0) or 0)
+        warps = _role_warps(module, warps)
         laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
         if should_dump("layout"):
             dump(laid, "layout")
-        facts = [frozenset(getattr(fn, f, frozenset()))
-                 for f in ("aligned16", "unit_inner", "strides16")]
-        lowering = lower_function(laid.kernel, tgt, warps, *facts, divisible)
-        if lowering.scratch_bytes > tgt.max_shared_bytes:
+        aligned16, unit_inner, strides16 = (frozenset(getattr(fn, f, frozenset()))
+                                            for f in ("aligned16", "unit_inner", "strides16"))
+        lowering = lower_function(laid.kernel, tgt, warps, aligned16, unit_inner, strides16,
+                                  divisible, pipeline_smem_bytes=pipeline_bytes)
+        if lowering.shared_bytes > tgt.max_shared_bytes:
+            what = "its pipelines' stages and barriers and " if pipeline_bytes else ""
             raise LoweringError(
-                f"kernel `{fn.name}` needs {lowering.scratch_bytes} bytes of shared memory "
-                f"for its layout conversions and reductions; {tgt.name} has "
-                f"{tgt.max_shared_bytes}", fn.loc, hints=["use smaller tiles"])
+                f"kernel `{fn.name}` needs {lowering.shared_bytes} bytes of shared memory "
+                f"for {what}its layout conversions and reductions; {tgt.name} has "
+                f"{tgt.max_shared_bytes}", fn.loc,
+                hints=["use smaller tiles" + (" or fewer stages" if pipeline_bytes else "")])
         binary, kind, llvm_text = emit_binary(str(lowering.module), tgt, fn.name,
                                               bool(lowering.math.used), fn.loc, prefetch)
     finally:
         if prefetch is not None:
             prefetch.join()  # no parse left running after an error, or for an unused result
-    written = tuple(sorted({op.operands[0].name_hint for op in laid.walk()
-                            if op.name in ("store", "tile_store", "atomic")
-                            and op.operands[0].name_hint}))
     return CompiledKernel(
-        name=fn.name, target=tgt.name, binary_kind=kind, binary=binary, num_warps=warps,
-        warp_size=tgt.warp_size, shared_bytes=lowering.scratch_bytes,
-        params=tuple(lowering.slots), asserts=tuple(lowering.asserts), written_args=written,
+        name=fn.name, target=tgt.name, binary_kind=kind, binary=binary,
+        num_warps=lowering.block_warps, warp_size=tgt.warp_size,
+        shared_bytes=lowering.shared_bytes,
+        params=tuple(lowering.slots), asserts=tuple(lowering.asserts),
+        written_args=written_args(laid),
         prints=any(op.name == "print" for op in laid.walk()), llvm_ir=llvm_text)

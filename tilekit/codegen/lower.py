@@ -10,8 +10,14 @@ Ops are lowered by rules registered per op name (``rules.RULES``); this module
 holds the shared machinery (values, coordinates, ownership, shared-memory
 scratch, barriers, predicated loads and stores) and the rules for values made
 from nothing, elementwise ops and control flow. ``lower_memory`` and
-``lower_tiles`` hold the others. A missing rule is a ``LoweringError`` naming
-the op and the user's line.
+``lower_tiles`` hold the others, ``lower_async`` those of scheduled pipelines
+(whose warp roles make thread ids, warp counts and ``barrier()`` relative to the
+running ``Role``). A missing rule is a ``LoweringError`` naming the op and the
+user's line.
+
+Dynamic shared memory holds the pipelines' rings and barriers from offset 0 (their
+ops' ``offset``), then, from the next 128-byte boundary, the scratch that conversions
+and reductions share (``smem_ptr``); ``shared_bytes`` is the total.
 """
 
 from __future__ import annotations
@@ -37,9 +43,29 @@ from tilekit.layout.tile_layouts import ThreadTerm, TileLayout
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 
+#: Where the layout-conversion scratch starts after the pipelines' rings and barriers.
+SCRATCH_ALIGN = 128
+#: The bytes of one ``CUtensorMap`` kernel parameter and its alignment.
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+
 
 def c32(value: int) -> ir.Constant:
     return ir.Constant(I32, value)
+
+
+@dataclass(frozen=True)
+class Role:
+    """The threads that run the code being lowered: the whole block (``cta``), or one warp
+    role of a warp-specialized kernel (``tilekit.codegen.lower_async``). Tile layouts,
+    thread ids, ``num_warps``, ``threads`` and ``barrier()`` are relative to it: warp
+    ``first_warp`` of the block is the role's warp 0. ``barrier_id`` 0 is ``bar.sync 0``
+    (every thread of the block); another id is a named barrier of the role's threads."""
+
+    name: str
+    first_warp: int
+    num_warps: int
+    barrier_id: int = 0
 
 
 @dataclass
@@ -66,14 +92,17 @@ class KernelLowering:
                  aligned16: frozenset[str] = frozenset(),
                  unit_inner: frozenset[str] = frozenset(),
                  strides16: frozenset[str] = frozenset(),
-                 divisible: frozenset[tuple[str, int, int]] = frozenset()) -> None:
-        from tilekit.codegen import amdgpu, nvptx
+                 divisible: frozenset[tuple[str, int, int]] = frozenset(),
+                 pipeline_smem_bytes: int = 0) -> None:
+        from tilekit.codegen import amdgpu, lower_async, nvptx
 
         self.fn = fn
         self.target = target
-        self.num_warps = num_warps
         self.warp_size = target.warp_size
-        self.threads = num_warps * target.warp_size
+        self.role = Role("cta", 0, num_warps)
+        # Warp roles (lower_async): the block has the producer warps besides ``num_warps``.
+        self.split = lower_async.role_split(fn, target, num_warps)
+        self.block_warps = self.split.block_warps if self.split else num_warps
         self.aligned16 = aligned16  # the bucket's facts: tensor argument names
         self.unit_inner = unit_inner
         self.strides16 = strides16
@@ -86,13 +115,56 @@ class KernelLowering:
         self.math = MathLib.for_target(target.triple)
         self.values: dict[int, Any] = {}
         self.asserts: list[AssertSite] = []
+        # Shared memory: the pipelines' rings and barriers in [0, pipeline_bytes) (offsets
+        # set by tilekit.sched), then the scratch of conversions and reductions.
+        self.pipeline_bytes = pipeline_smem_bytes
+        self.scratch_base = _round_up(pipeline_smem_bytes, SCRATCH_ALIGN)
         self.scratch_bytes = 0
         # A global store or atomic since the last barrier: a later read by another thread
         # of the program must see it (the interpreter runs a program in order).
         self.dirty = False
         self.slots: list[ParamSlot] = []
         self._terms: dict[tuple, ir.Value] = {}
+        self.async_state = lower_async.AsyncState.of(fn, self)
         self._build_signature()
+
+    # --- the running role ------------------------------------------------------------------
+
+    @property
+    def num_warps(self) -> int:
+        return self.role.num_warps
+
+    @property
+    def threads(self) -> int:
+        return self.role.num_warps * self.warp_size
+
+    @property
+    def warp(self) -> ir.Value:
+        """The warp id within the running role (computed in the prologue)."""
+        return self._role_id("warp", self.physical_warp, self.role.first_warp)
+
+    @property
+    def tid(self) -> ir.Value:
+        """The thread id within the running role."""
+        return self._role_id("tid", self.physical_tid, self.role.first_warp * self.warp_size)
+
+    def _role_id(self, what: str, physical: ir.Value, first: int) -> ir.Value:
+        if not first:
+            return physical
+        key = (what, first)
+        if key not in self._terms:
+            self._terms[key] = self.pb.sub(physical, c32(first))
+        return self._terms[key]
+
+    @contextlib.contextmanager
+    def as_role(self, role: Role) -> Iterator[Role]:
+        """Lower the ops of the block as run by ``role``'s threads."""
+        saved, self.role = self.role, role
+        dirty, self.dirty = self.dirty, False
+        try:
+            yield role
+        finally:
+            self.role, self.dirty = saved, dirty
 
     # --- signature and prologue ------------------------------------------------------------
 
@@ -115,15 +187,30 @@ class KernelLowering:
                 assert isinstance(t, TileType) and t.is_scalar
                 self.slots.append(ParamSlot(SlotKind.SCALAR, name, t.dtype.long))
                 types.append(S.memory_type(t.dtype))
+        maps = self.async_state.tensor_maps
+        for m in maps:
+            self.slots.append(ParamSlot(SlotKind.TENSOR_MAP, m.arg, "tensormap", box=m.box,
+                                        swizzle=m.swizzle))
+            types.append(ir.PointerType(ir.ArrayType(I8, TENSOR_MAP_BYTES)))
         self.slots.append(ParamSlot(SlotKind.STATUS, "", "uint64"))
         types.append(I64)
-        self.func = self.vendor.kernel_function(self.module, self.fn.name, types, self.threads)
+        self.func = self.vendor.kernel_function(self.module, self.fn.name, types,
+                                                self.block_warps * self.warp_size)
+        if maps:
+            first = len(types) - 1 - len(maps)
+            for k in range(first, first + len(maps)):
+                arg = self.func.args[k]
+                arg.add_attribute("byval")
+                arg.attributes.align = TENSOR_MAP_ALIGN
+            self.vendor.grid_constant(self.module, self.func, range(first, first + len(maps)))
         self.prologue = self.func.append_basic_block("prologue")
         body = self.func.append_basic_block("body")
         self.pb = ir.IRBuilder(self.prologue)
         self.b = ir.IRBuilder(body)
         self._body = body
         self.smem = self.vendor.shared_base(self.module, 0)
+        if self.pipeline_bytes:  # TMA writes stages at 128-byte aligned addresses
+            self.smem.align = max(self.smem.align, SCRATCH_ALIGN)
         params = iter(self.func.args)
         for arg in self.fn.args:
             t = arg.type
@@ -136,11 +223,13 @@ class KernelLowering:
                                                     base, sizes, strides, raw)
             else:
                 self.values[id(arg)] = [S.from_memory(self.pb, next(params), t.dtype)]
+        for m in maps:
+            m.param = next(params)
         self.status = next(params)
-        self.tid = self.vendor.thread_id(self.pb)
+        self.physical_tid = self.vendor.thread_id(self.pb)
         shift = self.warp_size.bit_length() - 1
-        self.lane = self.pb.and_(self.tid, c32(self.warp_size - 1))
-        self.warp = self.pb.lshr(self.tid, c32(shift))
+        self.lane = self.pb.and_(self.physical_tid, c32(self.warp_size - 1))
+        self.physical_warp = self.pb.lshr(self.physical_tid, c32(shift))
 
     def _strides(self, strides: list[ir.Value], t: TensorType, name: str) -> list[ir.Value]:
         """The strides as code may assume them (the specialization's bucket facts): the
@@ -188,7 +277,7 @@ class KernelLowering:
         """``((id // div) % mod) * mult`` of the lane or warp id, computed in the prologue."""
         if t.mod == 1 or t.mult == 0:
             return c32(0)
-        key = (which, t.div, t.mod, t.mult)
+        key = (which, t.div, t.mod, t.mult, self.role.first_warp if which == "warp" else 0)
         if key not in self._terms:
             pb = self.pb
             ident = self.lane if which == "lane" else self.warp
@@ -201,7 +290,7 @@ class KernelLowering:
 
     def thread_part(self, lay: TileLayout, dim: int) -> ir.Value:
         d = lay.dims[dim]
-        key = ("part", d.lane, d.warp)
+        key = ("part", d.lane, d.warp, self.role.first_warp)
         if key not in self._terms:
             lane, warp = self.term("lane", d.lane), self.term("warp", d.warp)
             no_warp = d.warp.mod == 1 or d.warp.mult == 0
@@ -257,15 +346,37 @@ class KernelLowering:
     # --- shared-memory scratch and barriers --------------------------------------------------
 
     def need_scratch(self, nbytes: int) -> None:
+        if nbytes and self.split is not None and self.role.name == "producer":
+            # The producer role runs beside the consumer role, which owns the scratch.
+            raise LoweringError("internal: an op in the producer role of a warp-specialized "
+                                "pipeline needs shared-memory scratch")
         self.scratch_bytes = max(self.scratch_bytes, nbytes)
 
+    @property
+    def shared_bytes(self) -> int:
+        """The dynamic shared memory the kernel needs: the pipelines' area, then scratch."""
+        if not self.scratch_bytes:
+            return self.pipeline_bytes
+        return self.scratch_base + self.scratch_bytes
+
     def smem_ptr(self, byte_offset: ir.Value, elem: ir.Type) -> ir.Value:
+        """A scratch address: ``byte_offset`` from the start of the scratch area."""
+        if self.scratch_base:
+            byte_offset = self.b.add(byte_offset, c32(self.scratch_base))
+        return self.shared_at(byte_offset, elem)
+
+    def shared_at(self, byte_offset: ir.Value, elem: ir.Type) -> ir.Value:
+        """The address ``byte_offset`` bytes into dynamic shared memory, as ``elem*``."""
         space = self.vendor.shared_addrspace
         p = self.b.gep(self.smem, [c32(0), byte_offset])
         return self.b.bitcast(p, ir.PointerType(elem, space))
 
     def barrier(self) -> None:
-        self.vendor.barrier(self.b)
+        """Every thread of the running role meets (``bar.sync 0`` for the whole block)."""
+        if self.role.barrier_id:
+            self.vendor.named_barrier(self.b, self.role.barrier_id, self.threads)
+        else:
+            self.vendor.barrier(self.b)
         self.dirty = False
 
     def before_global_read(self) -> None:
@@ -375,17 +486,20 @@ class KernelLowering:
         for op in block.ops:
             if op.opdef.is_terminator:
                 return [self.regs(v) for v in op.operands]
-            fn = RULES.get(op.name)
-            if fn is None:
-                raise LoweringError(f"no lowering for `{op.name}` on {self.target.name}", op.loc)
-            try:
-                fn(self, op)
-            except TilekitError:
-                raise
-            except NotImplementedError as exc:
-                raise LoweringError(f"`{op.name}` cannot be lowered for {self.target.name}: "
-                                    f"{exc}", op.loc) from None
+            self.lower_op(op)
         return []
+
+    def lower_op(self, op: Operation) -> None:
+        fn = RULES.get(op.name)
+        if fn is None:
+            raise LoweringError(f"no lowering for `{op.name}` on {self.target.name}", op.loc)
+        try:
+            fn(self, op)
+        except TilekitError:
+            raise
+        except NotImplementedError as exc:
+            raise LoweringError(f"`{op.name}` cannot be lowered for {self.target.name}: "
+                                f"{exc}", op.loc) from None
 
 
 def layout_of(value: Value) -> TileLayout:
@@ -404,6 +518,10 @@ def _numel(shape: Sequence[int]) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
 
 
 # --- rules: values made from nothing ----------------------------------------------------------
@@ -645,12 +763,16 @@ def lower_function(fn: Function, target: Target, num_warps: int,
                    aligned16: frozenset[str] = frozenset(),
                    unit_inner: frozenset[str] = frozenset(),
                    strides16: frozenset[str] = frozenset(),
-                   divisible: frozenset[tuple[str, int, int]] = frozenset()) -> KernelLowering:
-    """Lower ``fn`` (every tile value has a layout) to an LLVM module."""
-    from tilekit.codegen import lower_memory, lower_tiles  # noqa: F401  (register rules)
+                   divisible: frozenset[tuple[str, int, int]] = frozenset(),
+                   pipeline_smem_bytes: int = 0) -> KernelLowering:
+    """Lower ``fn`` (every tile value has a layout) to an LLVM module. ``num_warps`` is the
+    warps the layouts were assigned for (the consumer warps of a warp-specialized kernel,
+    whose block also has the producer warps: ``KernelLowering.block_warps``);
+    ``pipeline_smem_bytes`` the shared memory its scheduled pipelines take from offset 0."""
+    from tilekit.codegen import lower_async, lower_memory, lower_tiles  # noqa: F401  (rules)
 
     lowering = KernelLowering(fn, target, num_warps, aligned16, unit_inner, strides16,
-                              divisible)
-    lowering.lower_block(fn.entry)
+                              divisible, pipeline_smem_bytes)
+    lower_async.lower_entry(lowering, fn)
     lowering.finish()
     return lowering

@@ -53,6 +53,28 @@ class Vendor:
     def barrier(self, b: ir.IRBuilder) -> None:
         _call(b, "llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [c32(0)])
 
+    def named_barrier(self, b: ir.IRBuilder, barrier_id: int, threads: int) -> None:
+        """``bar.sync id, threads``: the ``threads`` threads of one warp role meet (whole
+        warps; the other role never takes part)."""
+        _call(b, "llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
+              [c32(barrier_id), c32(threads)])
+
+    def min_blocks_per_sm(self, module: ir.Module, fn: ir.Function, blocks: int) -> None:
+        """``.minnctapersm``: with ``.maxntid`` it fixes the register count at entry, which
+        ptxas needs to honour ``setmaxnreg`` (else it ignores it: "unable to determine
+        register count at entry")."""
+        ann = module.add_named_metadata("nvvm.annotations")
+        ann.add(module.add_metadata([fn, "minctasm", ir.Constant(I32, blocks)]))
+
+    def grid_constant(self, module: ir.Module, fn: ir.Function, params) -> None:
+        """Mark byval parameters ``__grid_constant__`` (0-based indices): their address is
+        the parameter's own (``cvta.param``), not that of a local copy, which is what a
+        TMA instruction needs of its tensor map. LLVM reads the annotation's 1-based
+        indices (it upgrades them to the ``nvvm.grid_constant`` attribute)."""
+        ann = module.add_named_metadata("nvvm.annotations")
+        indices = module.add_metadata([ir.Constant(I32, k + 1) for k in params])
+        ann.add(module.add_metadata([fn, "grid_constant", indices]))
+
     def shuffle_xor(self, b: ir.IRBuilder, value: ir.Value, mask: int) -> ir.Value:
         """``value`` (i32) of the lane ``lane ^ mask`` (every lane of the warp takes part)."""
         return _call(b, "llvm.nvvm.shfl.sync.bfly.i32", I32,

@@ -18,17 +18,26 @@ specialized IR, before code generation, in three steps:
    ``convert.plan_conversion`` plan attached when both layouts are power-of-two
    (F2) layouts, and a shared-memory staging otherwise.
 
+Scheduled pipelines (``tilekit.sched``): a stage read into registers (``smem_read``) is
+anchored like a tile load, a tile written into a stage (``smem_write``) like a tile store,
+and a ``plain`` copy's staging load gets the same anchor as its ``staging_layout``
+attribute (it has no result to carry it). ``warp_roles``' producer region is laid out for
+its ``producer_warps``; everything else for the options' warps (the consumer warps).
+Tokens and rings carry no layout. An unscheduled ``pipeline`` is laid out as the loop it
+means (its tiles anchored like tile loads); code generation lowers only scheduled ones.
+
 Code generation reads these layouts and plans; it invents none.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from tilekit.ir.core import Block, Module, Operation, Value, clone_module
 from tilekit.ir.opdef import lookup
 from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY
-from tilekit.ir.types import TensorType, TileType
+from tilekit.ir.types import SharedType, TensorType, TileType
 from tilekit.layout.tile_layouts import (
     BlockedEncoding,
     ScalarEncoding,
@@ -42,6 +51,13 @@ __all__ = ["LayoutOptions", "assign_layouts", "plan_convert"]
 ELEMENTWISE = frozenset(BINARY) | frozenset(COMPARE) | frozenset(UNARY) | {
     "select", "cast", "bitcast"}
 MEMORY = frozenset({"load", "store", "atomic"})
+#: Tile views of global memory and of pipeline stages: anchored by their tile shape.
+TILE_MEMORY = frozenset({"tile_load", "tile_store", "smem_read", "smem_write", "copy_g2s"})
+#: Scheduled pipeline ops without tile operands or results to lay out.
+ASYNC_NO_TILES = frozenset({
+    "smem_alloc", "mbarrier_alloc", "mbarrier_inval", "mbarrier_arrive", "mbarrier_expect_tx",
+    "mbarrier_wait", "fence_mbarrier_init", "fence_proxy_async", "cta_barrier", "copy_s2g",
+    "store_wait"})
 
 
 @dataclass(frozen=True)
@@ -56,12 +72,23 @@ class LayoutOptions:
 class _Assigner:
     def __init__(self, options: LayoutOptions) -> None:
         self.o = options
+        self.base = options  # scalars are laid out for these, in every warp role
         self.hints: dict[int, TileLayout] = {}
 
     # --- helpers ---------------------------------------------------------------------------
 
     def scalar(self) -> TileLayout:
-        return TileLayout((), ScalarEncoding(self.o.warp_size, self.o.num_warps))
+        return TileLayout((), ScalarEncoding(self.base.warp_size, self.base.num_warps))
+
+    @contextlib.contextmanager
+    def warps(self, num_warps: int):
+        """Lay out tiles for ``num_warps`` warps (a warp role's) inside the block."""
+        saved = self.o
+        self.o = LayoutOptions(num_warps, saved.warp_size, saved.bank_target)
+        try:
+            yield
+        finally:
+            self.o = saved
 
     def default(self, shape: tuple[int, ...], elem_bytes: int = 4) -> TileLayout:
         return default_blocked(shape, self.o.num_warps, self.o.warp_size, elem_bytes)
@@ -96,9 +123,9 @@ class _Assigner:
         """The narrowest element size of the memory ops of each tile shape."""
         self.narrowest: dict[tuple[int, ...], int] = {}
         for op in fn.walk():
-            if op.name in MEMORY or op.name in ("tile_load", "tile_store"):
+            if op.name in MEMORY or op.name in TILE_MEMORY:
                 shape = _memory_shape(op)
-                size = op.operands[0].type.dtype.itemsize
+                size = _memory_dtype(op).itemsize
                 self.narrowest[shape] = min(size, self.narrowest.get(shape, size))
 
     def operand_for_broadcast(self, result: TileLayout, shape: tuple[int, ...]) -> TileLayout:
@@ -126,8 +153,29 @@ class _Assigner:
                 if v is not None:
                     self.hint(v, lay)
             return
-        if name == "tile_store":
+        if name in ("tile_store", "smem_write"):
             self.hint(op.operand("value"), self.anchor(op))
+            return
+        if name == "pipeline":
+            body = op.regions[0].block
+            term = body.terminator
+            for res, y in zip(op.results, term.operands if term else []):
+                self.hint(y, self.hinted(res))
+            self.hint_block(body)
+            carried = body.args[1 + len(op.variadic("tensors")):]
+            for res, arg, init in zip(op.results, carried, op.variadic("inits")):
+                self.hint(init, self.hinted(res) or self.hinted(arg))
+            return
+        if name == "warp_roles":
+            producer, consumer = (r.block for r in op.regions)
+            with self.warps(op.attrs["producer_warps"]):
+                self.hint_block(producer)
+            term = consumer.terminator
+            for res, y in zip(op.results, term.operands if term else []):
+                self.hint(y, self.hinted(res))
+            self.hint_block(consumer)
+            for res, arg, init in zip(op.results, consumer.args, op.variadic("inits")):
+                self.hint(init, self.hinted(res) or self.hinted(arg))
             return
         if name == "dot":
             acc = op.operand("acc")
@@ -255,10 +303,42 @@ class _Assigner:
                 self.require_slot(op, slot, lay)
             for r in op.results:
                 self.set(r, lay)
-        elif name == "tile_load":
+        elif name in ("tile_load", "smem_read"):
             self.set(op.result, self.anchor(op))
-        elif name == "tile_store":
+        elif name in ("tile_store", "smem_write"):
             self.require_slot(op, "value", self.anchor(op))
+        elif name == "copy_g2s":
+            if op.attrs.get("engine") == "plain":
+                op.attrs["staging_layout"] = self.anchor(op)
+        elif name == "trip_count":
+            self.set(op.result, self.scalar())
+        elif name in ASYNC_NO_TILES:
+            pass
+        elif name == "warp_roles":
+            producer, consumer = (r.block for r in op.regions)
+            with self.warps(op.attrs["producer_warps"]):
+                self.assign_block(producer)
+            carried = [self.carried_layout(v) for v in op.variadic("inits")]
+            for arg, lay in zip(consumer.args, carried):
+                self.set_carried(arg, lay)
+            self.assign_block(consumer)
+            self.finish_yield(consumer, carried)
+            for r, lay in zip(op.results, carried):
+                self.set_carried(r, lay)
+        elif name == "pipeline":  # unscheduled: laid out as the loop it means
+            body = op.regions[0].block
+            iv, *args = body.args
+            self.set(iv, self.scalar())
+            tensors = op.variadic("tensors")
+            for arg, t in zip(args, tensors):
+                self.set(arg, self.default(arg.type.shape, t.type.dtype.itemsize))
+            carried = [self.carried_layout(v) for v in op.variadic("inits")]
+            for arg, lay in zip(args[len(tensors):], carried):
+                self.set_carried(arg, lay)
+            self.assign_block(body)
+            self.finish_yield(body, carried)
+            for r, lay in zip(op.results, carried):
+                self.set_carried(r, lay)
         elif name == "broadcast":
             res = self.fresh(op.result, op.result.type.dtype.itemsize)
             x = op.operand("x")
@@ -302,37 +382,55 @@ class _Assigner:
         elif name == "for":
             body = op.regions[0].block
             self.set(body.args[0], self.scalar())
-            carried = [self.layout(v) for v in op.variadic("inits")]
+            carried = [self.carried_layout(v) for v in op.variadic("inits")]
             for arg, lay in zip(body.args[1:], carried):
-                self.set(arg, lay)
+                self.set_carried(arg, lay)
             self.assign_block(body)
             self.finish_yield(body, carried)
             for r, lay in zip(op.results, carried):
-                self.set(r, lay)
+                self.set_carried(r, lay)
         elif name == "when":
             body = op.regions[0].block
-            carried = [self.layout(v) for v in op.variadic("inits")]
+            carried = [self.carried_layout(v) for v in op.variadic("inits")]
             self.assign_block(body)
             self.finish_yield(body, carried)
             for r, lay in zip(op.results, carried):
-                self.set(r, lay)
+                self.set_carried(r, lay)
         elif name in ("yield", "print", "assert"):
             pass
         else:
             raise NotImplementedError(f"layout assignment has no rule for `{name}`")
 
-    def finish_yield(self, body: Block, carried: list[TileLayout]) -> None:
+    def carried_layout(self, value: Value) -> TileLayout | None:
+        """A carried value's layout; None for values without one (tokens)."""
+        return self.layout(value) if isinstance(value.type, TileType) else None
+
+    def set_carried(self, value: Value, layout: TileLayout | None) -> None:
+        if layout is not None:
+            self.set(value, layout)
+
+    def finish_yield(self, body: Block, carried: list[TileLayout | None]) -> None:
         term = body.terminator
         assert term is not None
         for i, lay in enumerate(carried):
-            self.require(term, i, lay)
+            if lay is not None:
+                self.require(term, i, lay)
 
 
 def _memory_shape(op: Operation) -> tuple[int, ...]:
+    if op.name in ("smem_read", "smem_write"):
+        ring = op.operands[0].type
+        assert isinstance(ring, SharedType)
+        return tuple(ring.shape)
     assert isinstance(op.operands[0].type, TensorType)
-    if op.name in ("tile_load", "tile_store"):
+    if op.name in ("tile_load", "tile_store", "copy_g2s"):
         return tuple(op.attrs["shape"])
     return tuple(op.operand("offsets").type.shape)
+
+
+def _memory_dtype(op: Operation):
+    """The element type a memory op moves (a tensor's, or a stage ring's)."""
+    return op.operands[0].type.dtype
 
 
 def make_convert(value: Value, layout: TileLayout, before: Operation,

@@ -80,13 +80,15 @@ def size_facts_text(divisible: frozenset[SizeFact]) -> str:
 
 def cache_key(module: Module, spec: Specialization, arch: str,
               divisible: frozenset[SizeFact] = frozenset()) -> cache.CacheKey:
+    from tilekit import knobs
     from tilekit.ir.printer import print_module
 
     fn = module.kernel
     source = str(fn.loc.file) if fn.loc is not None else ""
+    jitter = "|jitter" if knobs.JITTER.get() else ""
     return cache.CacheKey.of(fn.name, print_module(module, with_locs=True),
-                             f"{source}|{spec_text(spec)}|divisible={size_facts_text(divisible)}",
-                             arch)
+                             f"{source}|{spec_text(spec)}|divisible={size_facts_text(divisible)}"
+                             f"{jitter}", arch)
 
 
 def _codegen(module: Module, arch: str, divisible: frozenset[SizeFact]) -> CompiledKernel:

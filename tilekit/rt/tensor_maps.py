@@ -91,6 +91,21 @@ class _Refused(Exception):
         self.reasons = tuple(reasons)
 
 
+def _unit_extent_strides(shape: Sequence[int], strides: Sequence[int],
+                         itemsize: int) -> list[int]:
+    """Strides with each outer dimension of extent 1 given a legal one. Its stride is never
+    multiplied by anything but 0, and the bucket's stride facts ignore it (torch reports
+    any value there), but the driver checks it: use the span of the dimensions inside it,
+    rounded up to 16 bytes."""
+    out = list(strides)
+    for d in range(len(shape) - 1):
+        if shape[d] == 1:
+            span = max([1] + [abs(out[k]) * shape[k] for k in range(d + 1, len(shape))])
+            unit = max(1, 16 // itemsize)
+            out[d] = -(-span // unit) * unit
+    return out
+
+
 def _driver_args(spec: MapSpec, base: int, shape: Sequence[int], strides: Sequence[int],
                  name: str | None = None) -> tuple[Any, ...]:
     """``tma_admissibility``'s verdict on the tensor at ``base`` (an address, or any witness
@@ -108,6 +123,7 @@ def _driver_args(spec: MapSpec, base: int, shape: Sequence[int], strides: Sequen
         swizzle = tma.Swizzle[spec.swizzle]
     except KeyError:
         raise _Refused([f"unknown swizzle {spec.swizzle!r}"]) from None
+    strides = _unit_extent_strides(shape, strides, spec.dtype.itemsize)
     try:
         tensor = tma.GlobalTensor(spec.dtype.itemsize, tuple(shape), tuple(strides), base,
                                   tma.TmaDataType[kind], name)
