@@ -344,9 +344,9 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
         "offset": place.offset(p.bar_name("empty"))}).result
     rings = _Rings(bufs, full, empty)
     if p.tma_bytes:
-        e.op("fence_mbarrier_init")
-        if place.reuses:  # earlier pipelines' generic writes of these bytes, then TMA's
-            e.op("fence_proxy_async")
+        # fence.proxy.async also orders the barriers' initialization: one fence, not two
+        # (earlier pipelines' generic accesses of these bytes, then TMA's, need it).
+        e.op("fence_proxy_async" if place.reuses else "fence_mbarrier_init")
     e.op("cta_barrier")
     inits = op.variadic("inits")
     zero = e.const(0)
