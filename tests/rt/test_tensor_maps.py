@@ -25,13 +25,21 @@ from tilekit.codegen import sass
 from tilekit.codegen.artifact import CompiledKernel, ParamSlot, SlotKind
 from tilekit.errors import LaunchError
 from tilekit.ir.dtypes import DType
-from tilekit.layout.tma import GlobalTensor, Swizzle, TmaDataType, TmaRequest, tma_admissibility
+from tilekit.layout.tma import (
+    GlobalTensor,
+    L2Promotion,
+    Swizzle,
+    TmaDataType,
+    TmaRequest,
+    tma_admissibility,
+)
 from tilekit.rt import device_arrays, driver, fastpath, gpu, link, tensor_maps
 from tilekit.rt.tensor_maps import map_spec
 
 from .fake_gpu import PROPS, Driver, FakeLibcuda, FakeTensor, abi_compile, slots_of, use_fake_gpu
 
 ARCH = 90
+PROMOTION = L2Promotion[tensor_maps.L2_PROMOTION]
 BASE = 0x7F00_0000_0000  # 256-byte aligned, as a fresh allocation
 
 
@@ -41,7 +49,8 @@ def expected_args(dtype: DType, shape: tuple[int, ...], strides: tuple[int, ...]
     data_type = {DType.BFLOAT16: TmaDataType.BFLOAT16, DType.FLOAT32: TmaDataType.FLOAT32,
                  DType.FLOAT16: TmaDataType.FLOAT16}[dtype]
     tensor = GlobalTensor(dtype.itemsize, shape, strides, ptr, data_type)
-    verdict = tma_admissibility(TmaRequest(tensor, box, swizzle=Swizzle[swizzle]), arch=ARCH)
+    verdict = tma_admissibility(TmaRequest(tensor, box, swizzle=Swizzle[swizzle],
+                                           l2_promotion=PROMOTION), arch=ARCH)
     assert verdict.params is not None, verdict.violations
     return verdict.params.driver_args()
 
@@ -88,7 +97,7 @@ def test_the_arguments_are_in_the_drivers_order(lib: FakeLibcuda) -> None:
     spec = map_spec(ARCH, DType.BFLOAT16, (1, 8, 64), "B128")
     tensor_maps.tensor_map(spec, "X", BASE, (3, 37, 4097), (37 * 4104, 4104, 1))
     (_, args, _), = lib.tensor_maps
-    assert args == (9, 3, (4097, 37, 3), (8208, 37 * 8208), (64, 8, 1), (1, 1, 1), 0, 3, 0, 0)
+    assert args == (9, 3, (4097, 37, 3), (8208, 37 * 8208), (64, 8, 1), (1, 1, 1), 0, 3, 3, 0)
 
 
 @pytest.mark.parametrize("dtype, code", [
@@ -571,7 +580,8 @@ def test_the_map_is_the_one_cuda_bindings_encodes() -> None:
     spec = map_spec(arch, DType.BFLOAT16, (8, 64), "B128")
     ours = tensor_maps.tensor_map(spec, "X", x.data_ptr(), tuple(x.shape), x.stride())
     tensor = GlobalTensor(2, tuple(x.shape), x.stride(), x.data_ptr(), TmaDataType.BFLOAT16)
-    verdict = tma_admissibility(TmaRequest(tensor, (8, 64), swizzle=Swizzle.B128), arch=arch)
+    verdict = tma_admissibility(TmaRequest(tensor, (8, 64), swizzle=Swizzle.B128,
+                                           l2_promotion=PROMOTION), arch=arch)
     assert verdict.params is not None
     (dtype, rank, dims, strides, box, element_strides, interleave, swizzle, l2,
      oob) = verdict.params.driver_args()
