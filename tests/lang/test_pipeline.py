@@ -736,3 +736,42 @@ def test_the_body_still_traces_like_a_loop_after_an_error():
     y = poison((2,), np.float32)
     row_sums[2](x, y, BM=1, BN=4, STAGES=2, ACC=tk.float32)
     assert_equal(y, x.sum(axis=1))
+
+
+# --- every engine, every trip count around the stage count, admissible or not ----------------
+
+@tk.kernel
+def _copy_from(X, Y, first, BM: tk.constexpr, BN: tk.constexpr, STAGES: tk.constexpr,
+               ENGINE: tk.constexpr, ROLES: tk.constexpr):
+    r = tk.program_id(0)
+    for i, x in tk.pipeline(X.tiles((BM, BN), along=1, at=(r, first)), stages=STAGES,
+                            engine=ENGINE, warp_roles=ROLES):
+        Y.tile((BM, BN), (r, first + i)).store(x)
+
+
+ENGINES = [(None, None), ("tma", False), ("tma", True), ("cp_async", False),
+           ("cp_async", True), ("plain", False)]
+
+
+@RUN
+@pytest.mark.parametrize("engine,roles", ENGINES)
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 4, 1000])  # 3 stages: 0, 1, S-1, S, S+1, many
+@pytest.mark.parametrize("pitch", ["16-byte rows", "4-byte rows"])
+def test_each_engine_copies_every_trip_count(engine, roles, steps, pitch):
+    """On the GPU the schedule takes the forced engine (TMA only where the rows' pitch is a
+    multiple of 16 bytes: the other inputs go to the fallback engines). The last tile of a
+    row is ragged; the stream starts at tile ``first`` so that zero steps has data too."""
+    if pitch == "4-byte rows" and engine == "tma":
+        pytest.skip("TMA is not admissible for these rows (a forced engine is an error)")
+    BM, BN, stages, rows, first = 2, 4, 3, 5, 2
+    cols = (first + steps) * BN - 1 if steps else first * BN
+    width = cdiv(cols, 4) * 4 if pitch == "16-byte rows" else cols + 1 + (cols % 2 == 0)
+    base = ints((rows, width), np.float32, steps * 7 + len(pitch))
+    x = base[:, :cols]
+    y_base = poison((rows, width), np.float32)
+    y = y_base[:, :cols]
+    _copy_from[cdiv(rows, BM)](x, y, first, BM=BM, BN=BN, STAGES=stages, ENGINE=engine,
+                               ROLES=roles)
+    want = poison((rows, cols), np.float32)
+    want[:, first * BN:] = x[:, first * BN:]
+    assert_equal(y, want)
