@@ -756,16 +756,20 @@ ENGINES = [(None, None), ("tma", False), ("tma", True), ("cp_async", False),
 @RUN
 @pytest.mark.parametrize("engine,roles", ENGINES)
 @pytest.mark.parametrize("steps", [0, 1, 2, 3, 4, 1000])  # 3 stages: 0, 1, S-1, S, S+1, many
-@pytest.mark.parametrize("pitch", ["16-byte rows", "4-byte rows"])
+@pytest.mark.parametrize("pitch", ["16-byte rows", "4-byte rows", "whole tiles"])
 def test_each_engine_copies_every_trip_count(engine, roles, steps, pitch):
     """On the GPU the schedule takes the forced engine (TMA only where the rows' pitch is a
     multiple of 16 bytes: the other inputs go to the fallback engines). The last tile of a
-    row is ragged; the stream starts at tile ``first`` so that zero steps has data too."""
+    row is ragged, except with "whole tiles" (every size a multiple of the tile's: the size
+    facts hold and the copies lose their edge guards); the stream starts at tile ``first``
+    so that zero steps has data too."""
     if pitch == "4-byte rows" and engine == "tma":
         pytest.skip("TMA is not admissible for these rows (a forced engine is an error)")
-    BM, BN, stages, rows, first = 2, 4, 3, 5, 2
-    cols = (first + steps) * BN - 1 if steps else first * BN
-    width = cdiv(cols, 4) * 4 if pitch == "16-byte rows" else cols + 1 + (cols % 2 == 0)
+    BM, BN, stages, first = 2, 4, 3, 2
+    rows = 6 if pitch == "whole tiles" else 5
+    cols = (first + steps) * BN - (1 if steps and pitch != "whole tiles" else 0)
+    width = {"16-byte rows": cdiv(cols, 4) * 4, "whole tiles": cols,
+             "4-byte rows": cols + 1 + (cols % 2 == 0)}[pitch]
     base = ints((rows, width), np.float32, steps * 7 + len(pitch))
     x = base[:, :cols]
     y_base = poison((rows, width), np.float32)

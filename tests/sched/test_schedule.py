@@ -378,3 +378,25 @@ def test_warp_roles_need_a_warp_to_spare() -> None:
         schedule_pipelines(kernel.module, "sm_90a", num_warps=32)
     assert info.value.loc.line == kernel.pipeline_line
     assert "num_warps <= 31" in info.value.hints[0]
+
+
+def test_pipeline_streams_name_size_facts_and_unguard_their_copies() -> None:
+    """A stream's tiles are candidate size facts; when they hold for every dim, the
+    schedule marks the stream's copies unguarded (no tail tiles)."""
+    import tilekit as tk
+    from tilekit.codegen.size_facts import candidate_size_facts
+
+    @tk.kernel
+    def rows(X, Y, BN: tk.constexpr):
+        r = tk.program_id(0)
+        for i, x in tk.pipeline(X.tiles((2, BN), row=r), stages=2):
+            Y.tile((2, BN), (r, i)).store(x)
+
+    x = np.zeros((6, 40), np.float32)
+    module = rows.trace(x, x.copy(), BN=8)
+    assert ("X", 0, 2) in candidate_size_facts(module)
+    assert ("X", 1, 8) in candidate_size_facts(module)
+    for facts, guarded in ((frozenset(), True), (frozenset({("X", 0, 2), ("X", 1, 8)}), False)):
+        scheduled = schedule_pipelines(module, "sm_80", divisible=facts)
+        copies = [op for op in scheduled.walk() if op.name == "copy_g2s"]
+        assert copies and all(op.attrs["guarded"] is guarded for op in copies)

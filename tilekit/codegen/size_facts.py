@@ -20,18 +20,21 @@ SizeFact = tuple[str, int, int]  # (tensor argument name, dim, divisor)
 
 
 def candidate_size_facts(module: Module) -> tuple[SizeFact, ...]:
-    """The facts ``(tensor, dim, n)`` the kernel's tile views could use, sorted. Tiles of
-    extent 1 along a dim need none (their one element is the start)."""
+    """The facts ``(tensor, dim, n)`` the kernel's tile views and pipeline streams could
+    use, sorted. Tiles of extent 1 along a dim need none (their one element is the start)."""
     found: set[SizeFact] = set()
-    for op in module.kernel.walk():
-        if op.name not in ("tile_load", "tile_store"):
-            continue
-        name = op.operands[0].name_hint
-        if not name:
-            continue
-        for dim, n in enumerate(op.attrs["shape"]):
-            if n > 1:
+
+    def add(name: str | None, shape: Sequence[int]) -> None:
+        for dim, n in enumerate(shape):
+            if name and n > 1:
                 found.add((name, dim, n))
+
+    for op in module.kernel.walk():
+        if op.name in ("tile_load", "tile_store"):
+            add(op.operands[0].name_hint, op.attrs["shape"])
+        elif op.name == "pipeline":  # each stream's tiles: copies without edge guards
+            for t, stream in zip(op.variadic("tensors"), op.attrs["streams"]):
+                add(t.name_hint, stream.shape)
     return tuple(sorted(found))
 
 
