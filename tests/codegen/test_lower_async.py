@@ -233,17 +233,19 @@ def get_target(name: str):
 def test_tma_streams_take_a_grid_constant_tensor_map_parameter():
     k = compiled("copy", "tma", None, "sm_90a")
     maps = [s for s in k.params if s.kind is SlotKind.TENSOR_MAP]
+    # X's for the loads; Y's because the body stores each tile unchanged (a bulk store)
     assert [(s.arg, s.dtype, s.box, s.swizzle) for s in maps] == \
-        [("X", "tensormap", (8, 128), "NONE")]
+        [("X", "tensormap", (8, 128), "NONE"), ("Y", "tensormap", (8, 128), "NONE")]
     kinds = [s.kind for s in k.params]
-    assert kinds.index(SlotKind.TENSOR_MAP) == len(kinds) - 2  # before the status word
+    assert kinds.index(SlotKind.TENSOR_MAP) == len(kinds) - 3  # before the status word
     ptx = k.binary.decode()
-    index = len(kinds) - 2
+    index = len(kinds) - 3
     assert re.search(rf"\.param \.align 64 \.b8 pipelined_copy_param_{index}\[128\]", ptx)
     assert "cvta.param.u64" in ptx  # its own address: __grid_constant__, not a copy
     assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.tile\."
                      r"mbarrier::complete_tx::bytes \[%rd\d+\], \[%rd\d+, \{%r\d+, %r\d+\}\]",
                      ptx)
+    assert "cp.async.bulk.tensor.2d.global.shared" in ptx and "ld.shared" not in ptx
     assert not [s for s in compiled("copy", "cp_async", None, "sm_90a").params
                 if s.kind is SlotKind.TENSOR_MAP]
 

@@ -69,6 +69,9 @@ class _Pipeline:
     stages: int
     streams: tuple[StreamReport, ...]
     roles: RolePlan
+    # Streams whose tiles the body only stores, unchanged, into a box a TMA store can write:
+    # those stores become bulk stores straight from the stage (no registers, no reads).
+    through: frozenset[int] = frozenset()
 
     @property
     def loc(self) -> SourceLoc | None:
@@ -175,7 +178,36 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
             raise _not_admissible(op, report, facts, tgt.name)
         streams.append(report)
     return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams),
-                     _roles(op, tgt, num_warps))
+                     _roles(op, tgt, num_warps), _stored_through(fn, op, streams, tgt))
+
+
+def _stored_through(fn: Function, op: Operation, streams: list[StreamReport],
+                    tgt: Target) -> frozenset[int]:
+    """The TMA streams whose tile is used only by ``tile_store``s of the whole tile in the
+    body's own block, into tensors whose box TMA admits (the layout library, on the bucket's
+    weakest tensor): each such store becomes a bulk store from the stage."""
+    body = op.regions[0].block
+    out = set()
+    for k, stream in enumerate(streams):
+        if stream.engine is not Engine.TMA:
+            continue
+        arg = body.args[1 + k]
+        users = [o for o in op.walk() if any(v is arg for v in o.operands)]
+        ok = bool(users)
+        for user in users:
+            if not (user.name == "tile_store" and user.parent is body
+                    and user.operand("value") is arg
+                    and tuple(user.attrs["shape"]) == tuple(stream.shape)):
+                ok = False
+                break
+            facts = _facts(fn, user.operand("tensor"))
+            decision = choose_engine(facts, stream.shape, 0, tgt.name, Engine.TMA)
+            if not admissible(decision):
+                ok = False
+                break
+        if ok:
+            out.add(k)
+    return frozenset(out)
 
 
 def _collect(fn: Function, tgt: Target, num_warps: int,
@@ -291,12 +323,21 @@ def _produce_at(e: _Emitter, p: _Pipeline, r: _Rings, j: Value) -> None:
     _produce(e, p, r, j, slot, e.binary("xor", lap, 1))
 
 
-def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> list[Value]:
-    """Wait for stage ``i % S``, read every stream's tile, release the stage."""
+def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> tuple[list, Value]:
+    """Wait for stage ``i % S`` and read every stream's tile (None for a stream stored
+    through); the stage is released by ``_release``, at once or after the body's bulk
+    stores."""
     slot = e.binary("mod", i, p.stages)
     parity = e.binary("and", e.binary("floordiv", i, p.stages), 1)
     e.op("mbarrier_wait", {"bar": r.full, "slot": slot, "parity": parity})
-    tiles = [e.op("smem_read", {"src": buf, "slot": slot}).result for buf in r.bufs]
+    tiles = [None if k in p.through else e.op("smem_read", {"src": buf, "slot": slot}).result
+             for k, buf in enumerate(r.bufs)]
+    if not p.through:
+        _release(e, p, r, slot)
+    return tiles, slot
+
+
+def _release(e: _Emitter, p: _Pipeline, r: _Rings, slot: Value) -> None:
     if p.tma_bytes:
         # The next TMA copy into this stage writes through the async proxy: the reads
         # above (generic proxy) are ordered before it only by a proxy fence in the reading
@@ -305,7 +346,28 @@ def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> list[Value]:
         # per run).
         e.op("fence_proxy_async")
     e.op("mbarrier_arrive", {"bar": r.empty, "slot": slot})
-    return tiles
+
+
+def _store_through(e: _Emitter, p: _Pipeline, r: _Rings, block: Block, slot: Value) -> None:
+    """Each ``tile_store`` of a stored-through stream's tile becomes a bulk store from its
+    stage, waited for (its reads of the stage) before the stage is released."""
+    args = p.op.regions[0].block.args
+    out = []
+    for o in block.ops:
+        k = next((k for k in p.through if o.name == "tile_store"
+                  and o.operand("value") is args[1 + k]), None)
+        if k is None:
+            out.append(o)
+            continue
+        store = Builder(Block()).create(
+            "copy_s2g", {"src": r.bufs[k], "slot": slot, "tensor": o.operand("tensor"),
+                         "index": o.variadic("index")},
+            {"engine": "tma", "shape": o.attrs["shape"]}, loc=o.loc)
+        wait = Builder(Block()).create("store_wait", {"token": store.result}, loc=o.loc)
+        out.extend([store, wait])
+    for o in out:
+        o.parent = block
+    block.ops = out
 
 
 def _splice_body(p: _Pipeline, block: Block, i: Value, tiles: list[Value],
@@ -357,8 +419,16 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
             if prefetch:  # when i + S-1 < n: produce(i + S-1)
                 j = emit.binary("add", i, S - 1)
                 emit.when(emit.binary("lt", j, n), lambda: _produce_at(emit, p, rings, j))
-            tiles = _consume(emit, p, rings, i)
-            return _splice_body(p, emit.b.block, i, tiles, carried, remap)
+            tiles, slot = _consume(emit, p, rings, i)
+            if not p.through:
+                return _splice_body(p, emit.b.block, i, tiles, carried, remap)
+            inner = Block()  # the body apart, its stores rewritten, then the release
+            yields = _splice_body(p, inner, i, tiles, carried, remap)
+            _store_through(emit, p, rings, inner, slot)
+            for o in inner.ops:
+                emit.b.block.append(o)
+            _release(emit, p, rings, slot)
+            return yields
 
         return emit.loop(zero, n, carried_in, step)
 
