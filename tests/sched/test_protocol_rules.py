@@ -76,13 +76,19 @@ def lap(st, ring, full, empty, rounds: int, stages: int = 2) -> None:
         assert consume(st, ring, full, empty, s, r & 1) == f"tile@{s}"
 
 
-def test_a_correct_protocol_runs_and_finishes() -> None:
-    st, ring, full, empty = ready()
-    lap(st, ring, full, empty, 7)
+
+def close(st: ProtocolState, full, empty) -> None:
+    """The end of a correct pipeline: everyone meets, the barriers go, nothing is left."""
     st.cta_barrier(["cta"])
     st.inval_barrier(full, "cta")
     st.inval_barrier(empty, "cta")
     st.finish()
+
+
+def test_a_correct_protocol_runs_and_finishes() -> None:
+    st, ring, full, empty = ready()
+    lap(st, ring, full, empty, 7)
+    close(st, full, empty)
 
 
 # --- READ_BEFORE_COMPLETE -----------------------------------------------------------------------
@@ -403,10 +409,7 @@ def test_warp_roles_see_barriers_initialized_before_them() -> None:
 def test_near_miss_invalidate_after_the_closing_cta_barrier() -> None:
     st, ring, full, empty = ready()
     lap(st, ring, full, empty, 3)
-    st.cta_barrier(["cta"])
-    st.inval_barrier(full, "cta")
-    st.inval_barrier(empty, "cta")
-    st.finish()
+    close(st, full, empty)
 
 
 # --- SLOT_RANGE ----------------------------------------------------------------------------------

@@ -239,28 +239,19 @@ class TensorMap:
 
 def tma_box(shape: Sequence[int], itemsize: int, loc: SourceLoc | None = None
             ) -> tuple[int, ...]:
-    """The TMA box that moves a row-major tile of ``shape``: the tile itself, or, when one
-    dim exceeds TMA's 256, the largest box along it whose copies land contiguously (every
-    dim before it of extent 1) and 128-byte aligned in the stage."""
+    """The TMA box that moves a row-major tile of ``shape``: the schedule solver's split
+    (``tilekit.sched.engines.tma_box``, the one place it is decided), checked: a tile it
+    could not split is a ``LoweringError`` (the solver only gives TMA admissible boxes)."""
+    from tilekit.sched.engines import tma_box as solver_box
+
     shape = tuple(shape)
     if len(shape) > TMA_MAX_RANK:
         raise LoweringError(f"TMA moves tiles of rank <= {TMA_MAX_RANK}, not {len(shape)}", loc)
-    over = [d for d, n in enumerate(shape) if n > TMA_MAX_BOX]
-    box = shape
-    if over:
-        d = over[0]
-        if len(over) > 1 or any(n != 1 for n in shape[:d]):
-            raise LoweringError(f"a {shape} tile has no TMA box (dims over {TMA_MAX_BOX} "
-                                "that cannot be split into contiguous boxes)", loc,
-                                hints=["use engine='cp_async' or smaller tiles"])
-        inner = math.prod(shape[d + 1:]) * itemsize
-        for b in range(TMA_MAX_BOX, 0, -1):
-            if shape[d] % b == 0 and b * inner % STAGE_ALIGN == 0:
-                box = shape[:d] + (b,) + shape[d + 1:]
-                break
-        else:
-            raise LoweringError(f"a {shape} tile has no TMA box of 128-byte aligned pieces",
-                                loc, hints=["use engine='cp_async' or smaller tiles"])
+    box = solver_box(shape, itemsize)
+    if any(b > TMA_MAX_BOX for b in box):
+        raise LoweringError(f"a {shape} tile has no TMA box (dims over {TMA_MAX_BOX} that "
+                            "cannot be split into contiguous, 128-byte aligned boxes)", loc,
+                            hints=["use engine='cp_async' or smaller tiles"])
     if box[-1] * itemsize % 16:
         raise LoweringError(f"a TMA box row is a multiple of 16 bytes; {box[-1]} elements of "
                             f"{itemsize} bytes are not", loc)

@@ -23,7 +23,7 @@ import numpy as np
 
 from tilekit.ir import numerics
 from tilekit.ir.opdef import Effect, OpTypeError, Signature, define
-from tilekit.ir.ops.common import int_scalar, tensor, tile
+from tilekit.ir.ops.common import barrier, int_scalar, shared, tensor, tile
 from tilekit.ir.ops.memory import tile_coordinates
 from tilekit.ir.types import (
     BarrierType,
@@ -229,22 +229,8 @@ define("mbarrier_alloc", [], _infer_mbarrier_alloc,
        doc="a ring of mbarriers, initialized by one thread to expect `arrivals` per phase")
 
 
-def _barrier(sig: Signature, slot: str = "bar") -> BarrierType:
-    t = sig[slot]
-    if not isinstance(t, BarrierType):
-        raise OpTypeError(f"operand {slot!r} must be an mbarrier ring, got {t}")
-    return t
-
-
-def _shared(sig: Signature, slot: str) -> SharedType:
-    t = sig[slot]
-    if not isinstance(t, SharedType):
-        raise OpTypeError(f"operand {slot!r} must be a shared-memory ring, got {t}")
-    return t
-
-
 def _infer_barrier_slot(sig: Signature) -> list[Type]:
-    _barrier(sig)
+    barrier(sig)
     int_scalar(sig["slot"], "a barrier index")
     if "parity" in sig.slots:
         int_scalar(sig["parity"], "a phase parity")
@@ -258,7 +244,7 @@ def _infer_nothing(sig: Signature) -> list[Type]:
     return []
 
 
-define("mbarrier_inval", ["bar"], lambda sig: (_barrier(sig), [])[1],
+define("mbarrier_inval", ["bar"], lambda sig: (barrier(sig), [])[1],
        lambda ctx, op, args: (ctx.protocol.inval_barrier(args[0], _role(ctx)), [])[1],
        effects=ASYNC, doc="invalidate a barrier ring (every phase must be complete)")
 define("mbarrier_arrive", ["bar", "slot"], _infer_barrier_slot,
@@ -298,13 +284,13 @@ def _copy_shape(sig: Signature, t: TensorType, ring: SharedType, n_index: int) -
 
 def _infer_copy_g2s(sig: Signature) -> list[Type]:
     t = tensor(sig, "tensor")
-    ring = _shared(sig, "dst")
+    ring = shared(sig, "dst")
     index = sig.variadic("index")
     for i in index:
         int_scalar(i, "a tile index")
     _copy_shape(sig, t, ring, len(index))
     int_scalar(sig["slot"], "a stage index")
-    _barrier(sig)
+    barrier(sig)
     int_scalar(sig["bslot"], "a barrier index")
     if sig.attr("engine") not in ENGINES:
         raise OpTypeError(f"unknown copy engine {sig.attr('engine')!r}")
@@ -329,7 +315,7 @@ define("copy_g2s", ["tensor", "index*", "dst", "slot", "bar", "bslot"], _infer_c
 
 
 def _infer_smem_read(sig: Signature) -> list[Type]:
-    ring = _shared(sig, "src")
+    ring = shared(sig, "src")
     int_scalar(sig["slot"], "a stage index")
     return [ring.tile]
 
@@ -340,7 +326,7 @@ define("smem_read", ["src", "slot"], _infer_smem_read,
 
 
 def _infer_smem_write(sig: Signature) -> list[Type]:
-    ring = _shared(sig, "dst")
+    ring = shared(sig, "dst")
     int_scalar(sig["slot"], "a stage index")
     v = tile(sig, "value")
     if v.without_layout() != ring.tile:
@@ -355,7 +341,7 @@ define("smem_write", ["dst", "slot", "value"], _infer_smem_write,
 
 
 def _infer_copy_s2g(sig: Signature) -> list[Type]:
-    ring = _shared(sig, "src")
+    ring = shared(sig, "src")
     int_scalar(sig["slot"], "a stage index")
     t = tensor(sig, "tensor")
     index = sig.variadic("index")

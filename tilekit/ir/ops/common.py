@@ -2,23 +2,37 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from tilekit.ir.dtypes import DType
 from tilekit.ir.opdef import OpTypeError, Signature
-from tilekit.ir.types import TensorType, TileType, Type
+from tilekit.ir.types import BarrierType, SharedType, TensorType, TileType, Type
+
+T = TypeVar("T")
+
+
+def operand_of(sig: Signature, slot: str, kind: type[T], what: str) -> T:
+    """The type of operand ``slot``, which must be a ``kind`` (``what`` names it)."""
+    t = sig[slot]
+    if not isinstance(t, kind):
+        raise OpTypeError(f"operand {slot!r} must be {what}, got {t}")
+    return t
 
 
 def tile(sig: Signature, slot: str) -> TileType:
-    t = sig[slot]
-    if not isinstance(t, TileType):
-        raise OpTypeError(f"operand {slot!r} must be a tile or scalar, got {t}")
-    return t
+    return operand_of(sig, slot, TileType, "a tile or scalar")
 
 
 def tensor(sig: Signature, slot: str) -> TensorType:
-    t = sig[slot]
-    if not isinstance(t, TensorType):
-        raise OpTypeError(f"operand {slot!r} must be a tensor, got {t}")
-    return t
+    return operand_of(sig, slot, TensorType, "a tensor")
+
+
+def barrier(sig: Signature, slot: str = "bar") -> BarrierType:
+    return operand_of(sig, slot, BarrierType, "an mbarrier ring")
+
+
+def shared(sig: Signature, slot: str) -> SharedType:
+    return operand_of(sig, slot, SharedType, "a shared-memory ring")
 
 
 def same(a: TileType, b: TileType, what: str) -> None:
