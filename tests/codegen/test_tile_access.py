@@ -132,3 +132,36 @@ def test_divisible_sizes_make_the_bounds_check_uniform():
     plain = compile_module(module, "sm_90a").binary.decode()
     known = compile_module(module, "sm_90a", divisible=facts).binary.decode()
     assert known.count("setp") < plain.count("setp")
+
+
+@needs_cuobjdump
+def test_misaligned_rows_spread_over_a_warp_load_without_pieces():
+    """A 64 x 64 bf16 tile of a 8191 x 8193 matrix: a warp spans 4 rows, each with its own
+    shift, so shuffles cannot realign it. Each group loads as two aligned 128-bit chunks
+    (the second only when the shift is not 0) picked apart by selects and funnel shifts,
+    not as 16-, 32- and 64-bit pieces behind a switch per shift; the stores keep the
+    pieces."""
+    from tilekit.codegen import compile_module
+
+    module, shapes = _transpose_module(8191, 8193, 64, 64)
+    compiled = compile_module(module, "sm_90a", divisible=size_facts_holding(
+        candidate_size_facts(module), shapes))
+    ops = [i.split()[0] for i in sass.instructions(sass.disassemble(
+        link.link_ptx(compiled.binary, "sm_90a")))]
+    loads = {op for op in ops if op.startswith("LDG")}
+    assert loads == {"LDG.E.128", "LDG.E.U16"}, loads  # U16: the scalar path at the edges
+    assert ops.count("LDG.E.128") == 2 * 64 * 64 // (8 * 128)  # 2 chunks per group
+    assert {"STG.E.64", "STG.E.128"} <= set(ops)
+
+
+def _transpose_module(rows, cols, bm, bn):
+    import tilekit as tk
+
+    @tk.kernel
+    def transpose(X, Y, BM: tk.constexpr, BN: tk.constexpr):
+        i, j = tk.program_id(0), tk.program_id(1)
+        Y.tile((BN, BM), (j, i)).store(X.tile((BM, BN), (i, j)).load().T)
+
+    x = np.zeros((rows, cols), ml_dtypes.bfloat16)
+    y = np.zeros((cols, rows), ml_dtypes.bfloat16)
+    return transpose.trace(x, y, BM=bm, BN=bn), {"X": x.shape, "Y": y.shape}

@@ -41,6 +41,12 @@ def blocks(X, Y, BM: tk.constexpr, BN: tk.constexpr):
     Y.tile((BM, BN), (i, j)).store(X.tile((BM, BN), (i, j)).load() + 1)
 
 
+@tk.kernel
+def transposed(X, Y, BM: tk.constexpr, BN: tk.constexpr):
+    i, j = tk.program_id(0), tk.program_id(1)
+    Y.tile((BN, BM), (j, i)).store(X.tile((BM, BN), (i, j)).load().T)
+
+
 def _random(shape, dtype, seed):
     rng = np.random.default_rng(seed)
     if np.dtype(dtype).kind == "i":
@@ -80,3 +86,17 @@ def test_blocks_hanging_off_ragged_edges(shape, tile, dtype):
     grid = (-(-shape[0] // tile[0]), -(-shape[1] // tile[1]))
     blocks[grid](x, y, BM=tile[0], BN=tile[1])
     np.testing.assert_array_equal(y, (x + 1).astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16, np.int8])
+@pytest.mark.parametrize("shape,tile", [((37, 71), (32, 16)), ((131, 67), (64, 32)),
+                                        ((19, 301), (16, 256)), ((301, 19), (256, 16))])
+def test_transposes_of_misaligned_rows(shape, tile, dtype):
+    """Rows of odd length on both sides: a warp's lanes span rows with different shifts on
+    one side (loads realigned per lane, without a branch per shift) and lie along one row
+    on the other (shuffles), depending on the tile."""
+    x = _random(shape, dtype, shape[0] * shape[1])
+    y = _poison(shape[::-1], dtype)
+    grid = (-(-shape[0] // tile[0]), -(-shape[1] // tile[1]))
+    transposed[grid](x, y, BM=tile[0], BN=tile[1])
+    np.testing.assert_array_equal(y, x.T)

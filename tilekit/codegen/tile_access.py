@@ -18,9 +18,12 @@ aligned (row ``r`` of a 4096 x 4097 float32 matrix starts ``r % 4`` elements pas
 16-byte boundary) is not the scalar case: its *shift* (the element address modulo the
 group width) is read once per row of groups and switched on. On NVIDIA, when a warp's
 lanes lie along one row, each group then moves as ONE aligned 16-byte chunk, realigned
-through warp shuffles (see the section below); otherwise each group moves as a few
-naturally aligned pieces (shift 2 of a float4: two 8-byte halves; shift 1: 4, 8, 4
-bytes). With the bucket's facts (16-byte aligned base, 16-byte row strides) the shift is
+through warp shuffles (see the section below). Otherwise (a warp's lanes on several
+rows, each with its own shift) a load takes the aligned chunk holding the group's first
+element and the next chunk, and picks the group's bytes out of the pair with selects and
+funnel shifts: no branch per shift, so no divergence (``windowed``); a store moves each
+group as a few naturally aligned pieces (shift 2 of a float4: two 8-byte halves; shift 1:
+4, 8, 4 bytes). With the bucket's facts (16-byte aligned base, 16-byte row strides) the shift is
 0 and only the aligned case is emitted: unpredicated 128-bit accesses.
 """
 
@@ -240,6 +243,30 @@ def _warp_uniform(L: KernelLowering, fast: ir.Value | None, shifts: list[ir.Valu
     return L.vendor.vote_all(b, L.all_of(conds))
 
 
+def _minus(L: KernelLowering, offset: ir.Value, shift: ir.Value) -> ir.Value:
+    """``offset - shift`` (an i32 shift, an offset of either index width)."""
+    b = L.b
+    return b.sub(offset, b.zext(shift, offset.type) if offset.type.width > 32 else shift)
+
+
+def _funnel(L: KernelLowering, words: list[ir.Value], byte: ir.Value, count: int
+            ) -> list[ir.Value]:
+    """Words ``[byte, byte + 4 * count)`` (bytes, run time) of the little-endian words
+    ``words`` (2 * count of them): a barrel of selects by whole words, then one funnel
+    shift per word for the bytes left (constant 0, folded away, for 32-bit elements)."""
+    b = L.b
+    q = b.lshr(byte, c32(2))
+    step, bit = 1, 0
+    while step < count:
+        take = b.trunc(b.lshr(q, c32(bit)), ir.IntType(1))
+        words = [b.select(take, words[i + step], words[i]) for i in range(len(words) - step)]
+        step, bit = step * 2, bit + 1
+    bits = b.shl(b.and_(byte, c32(3)), c32(3))
+    fshr = b.module.globals.get("llvm.fshr.i32") or ir.Function(
+        b.module, ir.FunctionType(I32, [I32, I32, I32]), "llvm.fshr.i32")
+    return [b.call(fshr, [words[j + 1], words[j], bits]) for j in range(count)]
+
+
 def _tail_condition(L, t, group, offsets, preds) -> ir.Value | None:
     return _fast_condition(L, t, [group], offsets, preds, True)
 
@@ -255,8 +282,8 @@ class _CorePlan:
         self.classes = _shift_classes(lay, core)
         self.fast, self.shifts = _core_condition(L, t, self.classes, offsets, preds)
         self.width = len(core[0])
-        self.run = None if _provably_aligned(L, t, lay, self.width) else \
-            _shuffle_run(L, lay, core, t.dtype.itemsize)
+        self.aligned = _provably_aligned(L, t, lay, self.width)
+        self.run = None if self.aligned else _shuffle_run(L, lay, core, t.dtype.itemsize)
         if self.run:
             self.src, self.first, self.last = _lane_roles(L, self.run)
             self.fast = _warp_uniform(L, self.fast, self.shifts)
@@ -264,6 +291,17 @@ class _CorePlan:
     @property
     def registers(self) -> list[int]:
         return [r for cls in self.classes for g in cls for r in g]
+
+    def windowed(self, itemsize: int) -> bool:
+        """Whether loads realign through a two-chunk window (lanes with different shifts:
+        no switch, so no divergence): a misaligned row that shuffles cannot realign, in
+        groups of at least one 32-bit word."""
+        return self.run is None and not self.aligned and self.width * itemsize >= 4
+
+    def each_class(self, move) -> list[ir.Value]:
+        """``move(group, shift)`` for every group with its class's run-time shift."""
+        return [v for cls, shift in zip(self.classes, self.shifts) for g in cls
+                for v in move(g, shift)]
 
     def per_class(self, L: KernelLowering, move, nvalues_of) -> list[ir.Value]:
         """``move(group, k)`` for every group on its class's shift-``k`` arm."""
@@ -304,15 +342,34 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
             L, t, _offset_plus(L, start, width), width), align=width * dt.itemsize), after)
         return unpack(L, dt, _shuffle(L, here, after, k, width), width)
 
+    def windowed(g: list[int], shift: ir.Value) -> list[ir.Value]:
+        """Group ``g`` whose first element lies ``shift`` elements (run time, per lane)
+        past an aligned chunk: that chunk and, unless ``shift`` is 0, the next one, then
+        the group's bytes taken from the pair by word selects and a funnel shift."""
+        width = len(g)
+        nbytes = width * dt.itemsize
+        start = _minus(L, offsets[g[0]], shift)
+        here = b.load(vector_ptr(L, t, start, width), align=nbytes)
+        after = L.select_load(b.icmp_unsigned("!=", shift, c32(0)), lambda: b.load(
+            vector_ptr(L, t, _offset_plus(L, start, width), width), align=nbytes),
+            ir.Constant(here.type, None))
+        byte = b.mul(shift, c32(dt.itemsize))
+        words = _words(L, here, nbytes) + _words(L, after, nbytes)
+        return unpack(L, dt, _from_words(L, _funnel(L, words, byte, nbytes // 4), here.type),
+                      width)
+
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
         plan = _CorePlan(L, t, lay, core, offsets, preds)
         order = plan.registers
-        values = _two_paths(
-            L, plan.fast,
-            lambda: plan.per_class(L, realigned if plan.run else pieces_of,
-                                   lambda cls: sum(len(g) for g in cls)),
-            lambda: [scalar(r) for r in order])
+        if plan.windowed(dt.itemsize):
+            def vector_path() -> list[ir.Value]:
+                return plan.each_class(windowed)
+        else:
+            def vector_path() -> list[ir.Value]:
+                return plan.per_class(L, realigned if plan.run else pieces_of,
+                                      lambda cls: sum(len(g) for g in cls))
+        values = _two_paths(L, plan.fast, vector_path, lambda: [scalar(r) for r in order])
         for r, v in zip(order, values):
             out[r] = v
     for g in tail:
