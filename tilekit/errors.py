@@ -181,3 +181,7 @@ class ExecutionError(TilekitError):
 
 class MemoryAccessError(ExecutionError):
     """A load, store or atomic touched memory outside its tensor."""
+
+
+class PortfolioError(TilekitError):
+    """An AOT portfolio file, or the declaration of what to build into one, is wrong."""

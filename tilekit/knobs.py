@@ -40,6 +40,10 @@ def _parse_str(text: str) -> str:
     return text
 
 
+def _parse_paths(text: str) -> tuple[str, ...]:
+    return tuple(part for part in text.split(os.pathsep) if part.strip())
+
+
 @dataclass(frozen=True)
 class Knob(Generic[T]):
     """One environment variable: its name, parser, default and meaning."""
@@ -85,8 +89,9 @@ DUMP: Knob[frozenset[str]] = Knob(
     "tile's layout and the convert_layout plans, when a kernel is compiled for the GPU), "
     "`sched` (each pipeline's schedule: copy engine per stream with the rules that "
     "rejected TMA, stages, shared-memory plan, warp roles; then the scheduled IR), "
-    "`llvm` (its LLVM IR) or `ptx` (its PTX; printed when the kernel is compiled or "
-    "loaded from the disk cache).",
+    "`llvm` (its LLVM IR), `ptx` (its PTX; printed when the kernel is compiled or "
+    "loaded from the disk cache) or `tune` (each autotuning decision: every config's "
+    "median or why it was pruned, and the choice).",
 )
 DUMP_LOCS: Knob[bool] = Knob(
     "TILEKIT_DUMP_LOCS",
@@ -109,7 +114,24 @@ CACHE_DIR: Knob[str] = Knob(
     "`~/.cache/tilekit`). `tilekit cache clear` empties it.",
 )
 
-ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR, JITTER)
+RECORD: Knob[str] = Knob(
+    "TILEKIT_RECORD",
+    _parse_str,
+    "",
+    "A file to which each process appends one line of JSON, an abstract call, per kernel "
+    "variant it compiles or loads for the GPU: the buckets a real run used, for "
+    "`tilekit aot --calls` (docs/aot.md).",
+)
+PORTFOLIO: Knob[tuple[str, ...]] = Knob(
+    "TILEKIT_PORTFOLIO",
+    _parse_paths,
+    (),
+    "AOT portfolio files (`tilekit aot`), separated by `:` (`;` on Windows), loaded when "
+    "the first kernel is loaded for the GPU, as `tilekit.load_portfolio(path)` would.",
+)
+
+ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR, JITTER,
+                              RECORD, PORTFOLIO)
 
 _overrides: dict[str, Any] = {}
 
@@ -140,7 +162,7 @@ def describe() -> list[tuple[str, str, str]]:
         default = knob.default
         if isinstance(default, bool):
             shown = "1" if default else "0"
-        elif isinstance(default, frozenset):
+        elif isinstance(default, (frozenset, tuple)):
             shown = ",".join(sorted(default)) or "(empty)"
         else:
             shown = str(default) or "(empty)"

@@ -62,13 +62,15 @@ FORMAT_VERSION = 2
 _PREFIX = struct.Struct("<8sIIQ32s")
 SUFFIX = ".tkc"
 
-_stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "compiles": 0, "bad_entries": 0}
+_stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "compiles": 0, "bad_entries": 0,
+          "portfolio_hits": 0}
 
 
 def stats() -> dict[str, int]:
     """Counters since the process started (or ``reset_stats``): ``memory_hits``,
-    ``disk_hits``, ``misses`` (disk lookups that found nothing usable), ``compiles`` and
-    ``bad_entries`` (entries rejected on read)."""
+    ``disk_hits``, ``misses`` (disk lookups that found nothing usable), ``compiles``,
+    ``bad_entries`` (entries rejected on read) and ``portfolio_hits`` (kernels taken
+    prebuilt from a loaded AOT portfolio, ``tilekit.aot.registry``)."""
     return dict(_stats)
 
 
@@ -101,15 +103,19 @@ def _kernels_dir() -> Path:
 # --- the key -------------------------------------------------------------------------------
 
 
-def _write_atomically(directory: Path, name: str, data: bytes) -> None:
+def write_atomically(directory: Path, name: str, data: bytes, suffix: str = SUFFIX,
+                     mode: int | None = None) -> None:
     """``directory/name`` := ``data``: written to a temporary file in the same directory,
-    fsync'd, then renamed over the name (readers see the old file or the new one)."""
+    fsync'd, then renamed over the name (readers see the old file or the new one).
+    ``mode``: the file's permissions (else mkstemp's 0600)."""
     import tempfile
 
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -221,7 +227,7 @@ def installed_tools() -> dict[str, str]:
     tools = _installed_tools_now()
     text = json.dumps({"signature": signature, "tools": tools}, sort_keys=True).encode()
     try:
-        _write_atomically(cache_dir(), path.name, text)
+        write_atomically(cache_dir(), path.name, text)
     except OSError as exc:  # an unwritable cache: asked again next time
         _debug("could not write %s: %s", path, exc)
     return tools
@@ -272,7 +278,8 @@ class Entry:
     image: bytes  # the cubin (empty when the PTX is loaded through the driver's JIT)
 
 
-def _kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
+def kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
+    """A compiled kernel's fields but its binary, as plain JSON (also the portfolio's)."""
     return {
         "name": k.name, "target": k.target, "binary_kind": k.binary_kind,
         "num_warps": k.num_warps, "warp_size": k.warp_size, "shared_bytes": k.shared_bytes,
@@ -284,7 +291,12 @@ def _kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
     }
 
 
-def _kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
+_kernel_to_json = kernel_to_json  # the name the cache's tests use
+
+
+def kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
+    """``kernel_to_json``'s inverse; malformed fields raise ValueError, KeyError or
+    TypeError."""
     return CompiledKernel(
         name=str(d["name"]), target=str(d["target"]), binary_kind=str(d["binary_kind"]),
         binary=binary, num_warps=int(d["num_warps"]), warp_size=int(d["warp_size"]),
@@ -300,7 +312,7 @@ def _kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
 
 def encode(key: CacheKey, entry: Entry) -> bytes:
     header = json.dumps({"key": key.text, "digest": key.digest,
-                         "kernel": _kernel_to_json(entry.kernel),
+                         "kernel": kernel_to_json(entry.kernel),
                          "binary_len": len(entry.kernel.binary), "image_len": len(entry.image)},
                         sort_keys=True).encode()
     payload = header + entry.kernel.binary + entry.image
@@ -334,7 +346,7 @@ def decode(key: CacheKey, data: bytes) -> Entry:
             raise BadEntry("inconsistent lengths")
         binary = payload[header_len:header_len + binary_len]
         image = payload[header_len + binary_len:]
-        return Entry(_kernel_from_json(header["kernel"], binary), image)
+        return Entry(kernel_from_json(header["kernel"], binary), image)
     except BadEntry:
         raise
     except (ValueError, KeyError, TypeError) as exc:  # malformed JSON or fields
@@ -354,18 +366,21 @@ def load(key: CacheKey) -> Entry | None:
     except OSError:
         return None
     try:
-        return decode(key, data)
+        entry = decode(key, data)
     except BadEntry as exc:
         count("bad_entries")
         _debug("ignoring cache entry %s: %s", path, exc)
         return None
+    with contextlib.suppress(OSError):  # last use, for `tilekit cache prune` (LRU)
+        os.utime(path)
+    return entry
 
 
 def store(key: CacheKey, entry: Entry) -> None:
     """Write the entry atomically; a cache that cannot be written is not an error (the
     kernel still runs, it is just compiled again next time)."""
     try:
-        _write_atomically(_kernels_dir(), key.filename, encode(key, entry))
+        write_atomically(_kernels_dir(), key.filename, encode(key, entry))
     except OSError as exc:
         _debug("could not write cache entry %s: %s", key.filename, exc)
 
@@ -403,6 +418,36 @@ def size() -> tuple[int, int]:
         except OSError:
             pass
     return n, total
+
+
+def _last_use(st: os.stat_result) -> float:
+    # a hit sets both times (``load``); atime alone may be stale (noatime, relatime)
+    return max(st.st_atime, st.st_mtime)
+
+
+def prune(max_bytes: int) -> list[tuple[Path, int]]:
+    """Remove the least recently used entries until the rest take at most ``max_bytes``;
+    returns what went, ``(path, size)``, oldest first."""
+    listed = []
+    for p in entries():
+        with contextlib.suppress(OSError):
+            st = p.stat()
+            listed.append((_last_use(st), p.name, p, st.st_size))
+    listed.sort()
+    total = sum(item[3] for item in listed)
+    removed = []
+    for _, _, path, nbytes in listed:
+        if total <= max_bytes:
+            break
+        try:
+            path.unlink()
+        except FileNotFoundError:  # another process pruned it
+            pass
+        except OSError:
+            continue
+        total -= nbytes
+        removed.append((path, nbytes))
+    return removed
 
 
 def clear() -> int:

@@ -215,7 +215,9 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None) -> LoadedKernel:
     spec, device, divisible = variant
     module = kern.specialize(spec)
     props = driver.device_props(device)
-    entry = compile_cached(module, spec, props.arch, loc, divisible=divisible)
+    entry = _prebuilt(module, spec, props.arch, divisible, loc)
+    if entry is None:
+        entry = compile_cached(module, spec, props.arch, loc, divisible=divisible)
     compiled = entry.kernel
     checks.check_shared_memory(compiled.shared_bytes, props.max_shared_optin, compiled.name, loc)
     checks.check_block(compiled.block_threads, props.max_threads_per_block, loc)
@@ -229,6 +231,27 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None) -> LoadedKernel:
     loaded = LoadedKernel.build(compiled, function, props, status_ptr)
     kern._loaded[variant] = loaded
     return loaded
+
+
+def _prebuilt(module: Module, spec: Specialization, arch: str,
+              divisible: frozenset[SizeFact], loc: SourceLoc | None) -> cache.Entry | None:
+    """The kernel from a loaded AOT portfolio (``tilekit.aot.registry``), before the disk
+    cache: no compiler is imported for it."""
+    from tilekit.aot import registry
+
+    if not registry.active():
+        return None
+    return registry.find(module, spec_text(spec), size_facts_text(divisible), arch, loc)
+
+
+def _record(kern: Any, spec: Specialization, runtime: Mapping[str, Any], arch: str) -> None:
+    """``TILEKIT_RECORD``: one abstract call per variant this process loads (not on the
+    fast path: only the slow path loads variants)."""
+    path = knobs.RECORD.get()
+    if path:
+        from tilekit.aot import record
+
+        record.append(path, kern, spec, runtime, arch)
 
 
 def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None) -> None:
@@ -276,7 +299,11 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
     driver.use_device(device, loc)
     divisible = size_facts_holding(kern.size_candidates(spec),
                                    {n: a.shape for n, a in tensors.items()})
-    loaded = _load(kern, Variant(spec, device, divisible), loc)
+    variant = Variant(spec, device, divisible)
+    new = variant not in kern._loaded
+    loaded = _load(kern, variant, loc)
+    if new:
+        _record(kern, spec, {**tensors, **scalars}, loaded.props.arch)
     compiled = loaded.compiled
 
     # Checks: nothing has been queued yet.

@@ -1,0 +1,337 @@
+"""The portfolio file: a zip archive of a JSON manifest and one member per binary.
+
+::
+
+    manifest.json                      the manifest (below)
+    binaries/<variant id>.ptx          the PTX (NVIDIA) or code object (.hsaco, AMD)
+    binaries/<variant id>.cubin        the cubin linked from that PTX (NVIDIA)
+
+The manifest: ``format`` (``FORMAT``), ``tilekit_version``, and per kernel its ``name``,
+``module`` and ``variants``; per variant its bucket key (``ir_hash``, ``spec``,
+``size_facts``, ``arch``; ``keys.VariantKey``), the ``candidates`` size facts of its
+traced kernel, the abstract ``call`` that declared it, the ``toolchain`` versions that
+built it, the ``kernel`` (``cache.kernel_to_json``: the ABI and launch configuration) and,
+for each binary, its member name, byte size and sha256.
+
+Reading is JSON and byte comparison only (nothing is unpickled, imported or executed)
+and verifies everything before anything is used: a zip that opens, member names that
+are exactly the ones the manifest implies (no absolute paths, ``..`` or backslashes: the
+archive is never extracted, but such a file was not written by tilekit), a format this
+tilekit reads, the manifest's schema, each member's size and sha256, no variant twice.
+Any failure is a ``PortfolioError`` naming the file, what is wrong and what to do.
+Writing is deterministic (sorted, fixed timestamps) and atomic (``cache.write_atomically``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tilekit.aot.keys import VariantKey
+from tilekit.codegen.artifact import CompiledKernel
+from tilekit.errors import PortfolioError
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+SUFFIX = ".tkp"
+_MAX_MANIFEST = 64 << 20
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest timestamp: the same bytes every build
+_REBUILD = "rebuild it with `tilekit aot` (docs/aot.md)"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One prebuilt kernel: its key, what declared it, what built it, and the binaries."""
+
+    key: VariantKey
+    module: str  # the kernel's module as the build was given it
+    candidates: str  # the traced kernel's candidate size facts (gpu.size_facts_text)
+    call: Mapping[str, Any]  # the abstract call that declared the bucket
+    toolchain: Mapping[str, str]
+    compiled: CompiledKernel  # binary: the PTX or code object
+    image: bytes = b""  # the linked cubin (NVIDIA; empty without nvJitLink)
+
+    def members(self) -> dict[str, bytes]:
+        """Archive member name -> bytes."""
+        kind = "".join(c for c in self.compiled.binary_kind if c.isalnum()) or "bin"
+        out = {f"binaries/{self.key.id}.{'hsaco' if kind == 'elf' else kind}":
+               self.compiled.binary}
+        if self.image:
+            out[f"binaries/{self.key.id}.cubin"] = self.image
+        return out
+
+
+@dataclass(frozen=True)
+class Portfolio:
+    path: str
+    format: int
+    tilekit_version: str
+    variants: tuple[Variant, ...] = field(default=())
+
+    @property
+    def kernels(self) -> list[str]:
+        return sorted({v.key.kernel for v in self.variants})
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def _describe(blob: bytes, member: str) -> dict[str, Any]:
+    return {"member": member, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+
+
+def manifest_of(variants: Iterable[Variant], tilekit_version: str) -> dict[str, Any]:
+    from tilekit.rt.cache import kernel_to_json
+
+    by_kernel: dict[tuple[str, str], list[Variant]] = {}
+    for v in variants:
+        by_kernel.setdefault((v.key.kernel, v.module), []).append(v)
+    kernels = []
+    for (name, module), group in sorted(by_kernel.items()):
+        rows = []
+        for v in sorted(group, key=lambda v: (v.key.arch, v.key.spec, v.key.size_facts,
+                                              v.key.ir_hash)):
+            members = list(v.members().items())
+            rows.append({
+                "id": v.key.id, "arch": v.key.arch, "ir_hash": v.key.ir_hash,
+                "spec": v.key.spec, "size_facts": v.key.size_facts,
+                "candidates": v.candidates, "call": v.call,
+                "toolchain": dict(sorted(v.toolchain.items())),
+                "kernel": kernel_to_json(v.compiled),
+                "binary": _describe(members[0][1], members[0][0]),
+                "image": _describe(members[1][1], members[1][0]) if len(members) > 1 else None,
+            })
+        kernels.append({"name": name, "module": module, "variants": rows})
+    return {"format": FORMAT, "tilekit_version": tilekit_version, "kernels": kernels}
+
+
+def encode(variants: Iterable[Variant], tilekit_version: str) -> bytes:
+    """The portfolio's bytes: the same variants give the same bytes."""
+    variants = list(variants)
+    keys = [v.key for v in variants]
+    if len(set(keys)) != len(keys):
+        raise PortfolioError("a portfolio cannot hold the same variant twice")
+    manifest = json.dumps(manifest_of(variants, tilekit_version), sort_keys=True,
+                          separators=(",", ":")).encode()
+    members = {name: blob for v in variants for name, blob in v.members().items()}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, blob in [(MANIFEST, manifest), *sorted(members.items())]:
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, blob)
+    return buf.getvalue()
+
+
+def write(path: str | os.PathLike[str], variants: Iterable[Variant],
+          tilekit_version: str) -> None:
+    """Write the portfolio atomically (a temporary file in the same directory, fsync'd,
+    renamed): a reader never sees half a file."""
+    from tilekit.rt.cache import write_atomically
+
+    target = Path(path)
+    write_atomically(target.parent.resolve(), target.name, encode(variants, tilekit_version),
+                     suffix=SUFFIX, mode=0o644)
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+class _Malformed(ValueError):
+    """The manifest is not the schema: the message says where."""
+
+
+def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise _Malformed(f"{where} must be an object")
+    if key not in obj:
+        raise _Malformed(f"{where} has no `{key}`")
+    value = obj[key]
+    if (isinstance(value, bool) and kind in (int, str)) or not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise _Malformed(f"{where}.{key} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _member_name_problem(name: str) -> str | None:
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "an absolute path"
+    if "\\" in name:
+        return "a backslash"
+    if ".." in name.split("/"):
+        return "a `..` component (a path traversal)"
+    return None
+
+
+def _refuse(path: str, what: str, hint: str = _REBUILD) -> PortfolioError:
+    return PortfolioError(f"portfolio {path}: {what}", hints=[hint])
+
+
+def read(path: str | os.PathLike[str]) -> Portfolio:
+    """Read and verify a portfolio file; a ``PortfolioError`` if anything is wrong."""
+    shown = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise PortfolioError(f"cannot read portfolio {shown}: {exc.strerror or exc}",
+                             hints=["check the path (tilekit.load_portfolio, "
+                                    "TILEKIT_PORTFOLIO)"]) from None
+    return decode(data, shown)
+
+
+def decode(data: bytes, shown: str = "<bytes>") -> Portfolio:
+    """``read`` of bytes already in memory (``shown`` names them in errors)."""
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError):
+        raise _refuse(shown, f"not a portfolio: not a zip archive, or truncated "
+                      f"({len(data)} bytes)",
+                      "copy it again, or rebuild it with `tilekit aot`") from None
+    with zf:
+        infos = zf.infolist()
+        seen: set[str] = set()
+        for info in infos:
+            problem = _member_name_problem(info.filename)
+            if problem:
+                raise _refuse(shown, f"archive member {info.filename!r} has {problem}; "
+                              "tilekit never writes such names, so the file was altered",
+                              "do not use this file; rebuild it with `tilekit aot`")
+            if info.filename in seen:
+                raise _refuse(shown, f"archive member {info.filename!r} appears twice")
+            seen.add(info.filename)
+        if MANIFEST not in seen:
+            raise _refuse(shown, f"no {MANIFEST} in the archive (not a tilekit portfolio)")
+        manifest_info = zf.getinfo(MANIFEST)
+        if manifest_info.file_size > _MAX_MANIFEST:
+            raise _refuse(shown, f"{MANIFEST} is {manifest_info.file_size} bytes, more than "
+                          "a manifest can be")
+        try:
+            manifest = json.loads(_read_member(zf, MANIFEST, shown))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _refuse(shown, f"{MANIFEST} is not valid JSON ({exc})") from None
+        version = manifest.get("format") if isinstance(manifest, dict) else None
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise _refuse(shown, f"unknown format version {version!r} (this tilekit reads "
+                          f"format {FORMAT})")
+        if version > FORMAT:
+            import tilekit
+
+            raise _refuse(shown, f"format version {version} is newer than this tilekit "
+                          f"({tilekit.__version__}) reads (up to {FORMAT})",
+                          "upgrade tilekit, or rebuild the portfolio with this version")
+        try:
+            version_text, pending, members = _parse(manifest)
+        except _Malformed as exc:
+            raise _refuse(shown, f"the manifest does not follow the format: {exc}") from None
+        unexpected = sorted(seen - {MANIFEST} - set(members))
+        if unexpected:
+            raise _refuse(shown, f"archive member {unexpected[0]!r} is not in the manifest")
+        blobs: dict[str, bytes] = {}
+        for name, (size, digest) in sorted(members.items()):
+            if name not in seen:
+                raise _refuse(shown, f"archive member {name!r} is missing")
+            if zf.getinfo(name).file_size != size:
+                raise _refuse(shown, f"archive member {name!r} is {zf.getinfo(name).file_size} "
+                              f"bytes, the manifest says {size}")
+            blob = _read_member(zf, name, shown)
+            if hashlib.sha256(blob).hexdigest() != digest:
+                raise _refuse(shown, f"archive member {name!r} does not match its sha256 in "
+                              "the manifest (corrupted or altered)")
+            blobs[name] = blob
+    return _attach(shown, version_text, pending, blobs)
+
+
+def _read_member(zf: zipfile.ZipFile, name: str, shown: str) -> bytes:
+    try:
+        return zf.read(name)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
+        raise _refuse(shown, f"archive member {name!r} is corrupt ({exc})",
+                      "copy it again, or rebuild it with `tilekit aot`") from None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    variant: Variant  # with empty binaries
+    binary: str
+    image: str | None
+
+
+def _blob_ref(obj: Any, where: str, members: dict[str, tuple[int, str]]) -> str:
+    member = _get(obj, "member", str, where)
+    size = _get(obj, "size", int, where)
+    digest = _get(obj, "sha256", str, where)
+    if size < 0 or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise _Malformed(f"{where} has a bad size or sha256")
+    if member in members:
+        raise _Malformed(f"{where}.member {member!r} is used twice")
+    members[member] = (size, digest)
+    return member
+
+
+def _parse(manifest: dict[str, Any]
+           ) -> tuple[str, list[_Pending], dict[str, tuple[int, str]]]:
+    """The manifest's fields, checked against the schema: the tilekit version, the
+    variants (binaries still empty), and member name -> (size, sha256)."""
+    from tilekit.rt.cache import kernel_from_json
+
+    version = _get(manifest, "tilekit_version", str, "manifest")
+    members: dict[str, tuple[int, str]] = {}
+    pending: list[_Pending] = []
+    keys: set[VariantKey] = set()
+    for i, kernel in enumerate(_get(manifest, "kernels", list, "manifest")):
+        kwhere = f"kernels[{i}]"
+        name = _get(kernel, "name", str, kwhere)
+        module = _get(kernel, "module", str, kwhere)
+        for j, row in enumerate(_get(kernel, "variants", list, kwhere)):
+            where = f"{kwhere}.variants[{j}]"
+            key = VariantKey(name, _get(row, "ir_hash", str, where),
+                             _get(row, "spec", str, where), _get(row, "size_facts", str, where),
+                             _get(row, "arch", str, where))
+            if key in keys:
+                raise _Malformed(f"{where} repeats a variant ({name}, {key.arch}, "
+                                 f"{key.spec} | {key.size_facts})")
+            keys.add(key)
+            if _get(row, "id", str, where) != key.id:
+                raise _Malformed(f"{where}.id is not the id of its key")
+            toolchain = _get(row, "toolchain", dict, where)
+            if not all(isinstance(v, str) for v in toolchain.values()):
+                raise _Malformed(f"{where}.toolchain must map names to version strings")
+            try:
+                compiled = kernel_from_json(_get(row, "kernel", dict, where), b"")
+            except (ValueError, KeyError, TypeError) as exc:
+                raise _Malformed(f"{where}.kernel is malformed ({exc})") from None
+            if compiled.name != name or compiled.target != key.arch:
+                raise _Malformed(f"{where}.kernel is for {compiled.name} on {compiled.target}")
+            variant = Variant(key, module, _get(row, "candidates", str, where),
+                              _get(row, "call", dict, where), toolchain, compiled)
+            # the member names tilekit gives this variant, and no others
+            binary = _blob_ref(_get(row, "binary", dict, where), f"{where}.binary", members)
+            image = None if row.get("image") is None else \
+                _blob_ref(_get(row, "image", dict, where), f"{where}.image", members)
+            expected = next(iter(variant.members()))
+            if binary != expected or image not in (None, f"binaries/{key.id}.cubin"):
+                raise _Malformed(f"{where} names the members {binary!r} and {image!r}, not "
+                                 f"{expected!r} and binaries/{key.id}.cubin")
+            pending.append(_Pending(variant, binary, image))
+    return version, pending, members
+
+
+def _attach(shown: str, version: str, pending: list[_Pending],
+            blobs: Mapping[str, bytes]) -> Portfolio:
+    import dataclasses
+
+    variants = []
+    for p in pending:
+        compiled = dataclasses.replace(p.variant.compiled, binary=blobs[p.binary])
+        image = blobs[p.image] if p.image is not None else b""
+        variants.append(dataclasses.replace(p.variant, compiled=compiled, image=image))
+    return Portfolio(shown, FORMAT, version, tuple(variants))

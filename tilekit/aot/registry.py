@@ -1,0 +1,183 @@
+"""Prebuilt kernels from loaded portfolios, looked up before the disk cache.
+
+``load_portfolio`` reads and verifies a portfolio (``portfolio.read``) and registers each
+variant under its ``VariantKey`` (kernel name, IR hash, bucket, arch). A launch that
+misses the in-memory cache asks ``find`` before the disk cache: a hit is a ``cache.Entry``
+built from the portfolio's bytes, so nothing is compiled or linked and no compiler module
+is imported (the key needs only the traced IR, which tracing made anyway). The arch is in
+the key: a portfolio built for sm_90a never serves an sm_80 device.
+
+A kernel loaded from a *strict* portfolio may not be compiled: a call outside the
+portfolio's buckets is a ``LaunchError`` at the caller's line that lists the nearest
+buckets the portfolio has. ``TILEKIT_PORTFOLIO`` names portfolios loaded (not strict) when
+the first kernel is loaded for the GPU. The first variant registered under a key is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tilekit import knobs
+from tilekit.aot.keys import VariantKey, key_of
+from tilekit.errors import LaunchError, PortfolioError, SourceLoc
+from tilekit.rt import cache
+
+if TYPE_CHECKING:
+    from tilekit.aot.portfolio import Portfolio, Variant
+    from tilekit.ir.core import Module
+
+
+@dataclass(frozen=True)
+class Prebuilt:
+    variant: Variant
+    entry: cache.Entry
+    path: str  # the portfolio it came from
+
+
+_variants: dict[VariantKey, Prebuilt] = {}
+_by_kernel: dict[str, list[VariantKey]] = {}
+_strict: dict[str, str] = {}  # kernel name -> the strict portfolio that holds it
+_loaded: list[tuple[str, int, bool]] = []  # (path, variants, strict), for `tilekit info`
+_env_done = False
+
+
+def load_portfolio(path: str | os.PathLike[str], strict: bool = False) -> Portfolio:
+    """Read, verify and register a portfolio's variants; returns what was read. ``strict``:
+    its kernels may not be compiled here, a call outside its buckets is an error."""
+    from tilekit.aot.portfolio import read
+
+    found = read(path)
+    for v in found.variants:
+        if v.key not in _variants:
+            _variants[v.key] = Prebuilt(v, cache.Entry(v.compiled, v.image), found.path)
+            _by_kernel.setdefault(v.key.kernel, []).append(v.key)
+        if strict:
+            _strict[v.key.kernel] = found.path
+    _loaded.append((found.path, len(found.variants), strict))
+    return found
+
+
+def loaded() -> list[tuple[str, int, bool]]:
+    """The portfolios loaded in this process: (path, number of variants, strict)."""
+    return list(_loaded)
+
+
+def clear() -> None:
+    """Forget every registered variant (and load ``TILEKIT_PORTFOLIO`` again when next
+    asked)."""
+    global _env_done
+    _variants.clear()
+    _by_kernel.clear()
+    _strict.clear()
+    _loaded.clear()
+    _env_done = False
+
+
+def _load_env() -> None:
+    global _env_done
+    for path in knobs.PORTFOLIO.get():
+        try:
+            load_portfolio(path)
+        except PortfolioError as exc:
+            raise PortfolioError(exc.message, hints=[*exc.hints, "it is named by "
+                                 "TILEKIT_PORTFOLIO; fix or unset that variable"]) from None
+    _env_done = True
+
+
+def active() -> bool:
+    """Whether any portfolio is loaded (``TILEKIT_PORTFOLIO`` is read on the first call):
+    when not, a launch skips the lookup."""
+    if not _env_done:
+        _load_env()
+    return bool(_by_kernel)
+
+
+def find(module: Module, spec_text: str, size_facts_text: str, arch: str,
+         loc: SourceLoc | None = None) -> cache.Entry | None:
+    """The prebuilt kernel for this traced module, bucket (``gpu.spec_text``,
+    ``gpu.size_facts_text``) and arch, or None (compile it). Counts ``portfolio_hits``; a
+    kernel of a strict portfolio raises instead of returning None."""
+    if not _env_done:
+        _load_env()
+    known = _by_kernel.get(module.kernel.name)
+    if known is None or knobs.JITTER.get():  # portfolios are built without jitter
+        return None
+    key = key_of(module, spec_text, size_facts_text, arch)
+    hit = _variants.get(key)
+    if hit is not None:
+        cache.count("portfolio_hits")
+        return hit.entry
+    if key.kernel in _strict:
+        raise not_prebuilt(key, known, _strict[key.kernel], loc)
+    return None
+
+
+# --- strict mode's error -----------------------------------------------------------------------
+
+_TENSOR = re.compile(r"(\w+):tensor<([^,>]+),?(.*)>")
+_SCALAR = re.compile(r"(\w+):scalar<(.*)>")
+_CONST = re.compile(r"(\w+)=constexpr<(.*)>")
+
+
+def _fields(key: VariantKey) -> dict[str, str]:
+    """A bucket key as named facts, for saying how two buckets differ."""
+    out = {"arch": key.arch}
+    for part in key.spec.split(";"):
+        if m := _TENSOR.fullmatch(part):
+            out[f"{m.group(1)} dtype"] = m.group(2)
+            for field in filter(None, m.group(3).split(",")):
+                name, _, value = field.partition("=")
+                out[f"{m.group(1)} {name}"] = value
+        elif m := _SCALAR.fullmatch(part):
+            out[f"{m.group(1)} dtype"] = m.group(2)
+        elif m := _CONST.fullmatch(part):
+            out[m.group(1)] = m.group(2)
+        elif part:
+            out[part] = "yes"
+    for fact in filter(None, key.size_facts.split(",")):
+        name, dim, n = fact.split(":")
+        out[f"{name}.shape[{dim}] % {n} == 0"] = "yes"
+    return out
+
+
+def differences(have: VariantKey, want: VariantKey) -> list[str]:
+    """The facts in which a portfolio's bucket ``have`` and the call's ``want`` differ. The
+    IR hash depends on the constexprs, so it counts only when nothing else differs (then
+    the kernel's code changed)."""
+    a, b = _fields(have), _fields(want)
+    out = [f"{k} {a.get(k, 'no')} (this call: {b.get(k, 'no')})"
+           for k in sorted(set(a) | set(b)) if a.get(k, "no") != b.get(k, "no")]
+    if not out and have.ir_hash != want.ir_hash:
+        out.append(f"the kernel's code: IR hash {have.ir_hash[:12]} (this call: "
+                   f"{want.ir_hash[:12]})")
+    return out
+
+
+def nearest(want: VariantKey, keys: Iterable[VariantKey], n: int = 3) -> list[VariantKey]:
+    """The ``n`` keys that differ from ``want`` in the fewest facts."""
+    return sorted(keys, key=lambda k: (len(differences(k, want)), k))[:n]
+
+
+def not_prebuilt(want: VariantKey, keys: Iterable[VariantKey], path: str,
+                 loc: SourceLoc | None) -> LaunchError:
+    keys = list(keys)
+    lines = [f"kernel `{want.kernel}` is in the strict portfolio {path}, but this call's "
+             f"bucket is not (arch {want.arch}; {want.spec}; divisible: "
+             f"{want.size_facts or 'none'}). Nearest buckets it has:"]
+    for i, k in enumerate(nearest(want, keys), 1):
+        lines.append(f"  {i}. {k.arch}; {k.spec}; divisible: {k.size_facts or 'none'}")
+        lines.append("       differs in: " + "; ".join(differences(k, want)))
+    hints = ["add this bucket to the portfolio (`tilekit aot ... --call ...`, or a run with "
+             "TILEKIT_RECORD=calls.jsonl, then `tilekit aot ... --calls calls.jsonl`)",
+             "or load it with tilekit.load_portfolio(path, strict=False) to compile calls "
+             "outside it"]
+    if any(k.ir_hash != want.ir_hash and k._replace(ir_hash=want.ir_hash) == want
+           for k in keys):
+        hints.insert(0, "the kernel's code differs from the one the portfolio was built from: "
+                     "rebuild the portfolio")
+    return LaunchError("\n".join(lines), loc, hints=hints)
+
