@@ -15,6 +15,7 @@ from tilekit.errors import (
     ExecutionError,
     LaunchError,
     MemoryAccessError,
+    PortfolioError,
     TilekitError,
     TraceError,
 )
@@ -90,8 +91,20 @@ from tilekit.lang.pipeline import TileStream, pipeline
 from tilekit.lang.tensor import TensorArg, TileView
 from tilekit.lang.tile import Tile
 from tilekit.rt.launcher import JITKernel, kernel
+from tilekit.tune import autotune
 
 __version__ = "0.1.0.dev0"
+
+
+def load_portfolio(path: str, strict: bool = False) -> object:
+    """Register the prebuilt kernels of an AOT portfolio (``tilekit aot``): a launch in one
+    of its buckets then compiles nothing and imports no compiler. ``strict``: a launch of
+    one of its kernels outside its buckets is a ``LaunchError`` listing the nearest ones,
+    instead of a compile. Returns the verified ``tilekit.aot.portfolio.Portfolio``;
+    a bad file is a ``PortfolioError``. docs/aot.md describes it all."""
+    from tilekit.aot import registry
+
+    return registry.load_portfolio(path, strict)
 
 
 def __getattr__(name: str) -> object:
