@@ -91,7 +91,6 @@ from tilekit.lang.pipeline import TileStream, pipeline
 from tilekit.lang.tensor import TensorArg, TileView
 from tilekit.lang.tile import Tile
 from tilekit.rt.launcher import JITKernel, kernel
-from tilekit.tune import autotune
 
 __version__ = "0.1.0.dev0"
 
@@ -108,9 +107,15 @@ def load_portfolio(path: str, strict: bool = False) -> object:
 
 
 def __getattr__(name: str) -> object:
-    # `tk.layout` imports the layout library (and islpy) only when first used.
+    # `tk.layout` imports the layout library (and islpy) only when first used, and
+    # `tk.autotune` imports the tuner (its store, timers and probes) only when first used:
+    # a process that launches prebuilt kernels never needs it.
     if name == "layout":
         import importlib
 
         return importlib.import_module("tilekit.layout")
+    if name == "autotune":
+        from tilekit.tune import autotune
+
+        return autotune
     raise AttributeError(f"module 'tilekit' has no attribute {name!r}")
