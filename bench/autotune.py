@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
+import softmax  # noqa: E402  (examples/softmax.py)
+
 import tilekit as tk  # noqa: E402
 from bench.common import (  # noqa: E402
     environment,
@@ -47,14 +49,7 @@ from tilekit.tune import autotune  # noqa: E402
 SOFTMAX_CONFIGS = [{"ROWS": 1}, {"ROWS": 2}, {"ROWS": 4}, {"ROWS": 8}]  # ROWS=1: the example
 
 
-@autotune(configs=SOFTMAX_CONFIGS, key=["X"])
-@tk.kernel
-def softmax_rows(X: tk.Tensor, Y: tk.Tensor, N: tk.constexpr, ROWS: tk.constexpr):
-    """examples/softmax.py's kernel over ROWS rows per program."""
-    r = tk.program_id(0)
-    x = X.tile((ROWS, N), (r, 0)).load().to(tk.float32)
-    e = tk.exp(x - tk.max(x, axis=1, keepdims=True))
-    Y.tile((ROWS, N), (r, 0)).store((e / tk.sum(e, axis=1, keepdims=True)).to(Y.dtype))
+softmax_rows = autotune(configs=SOFTMAX_CONFIGS, key=["X"])(softmax.softmax_rows)
 
 
 ROW_SUM_CONFIGS = [{"BM": 8, "BN": 256, "STAGES": 3},  # the example's

@@ -26,6 +26,16 @@ def softmax(X: tk.Tensor, Y: tk.Tensor, N: tk.constexpr):
     Y.tile((1, N), (row, 0)).store(y)
 
 
+@tk.kernel
+def softmax_rows(X: tk.Tensor, Y: tk.Tensor, N: tk.constexpr, ROWS: tk.constexpr):
+    """``softmax`` over ROWS rows per program (ROWS=1 is ``softmax``): the knob that
+    bench/autotune.py and the autotuner's GPU tests tune."""
+    r = tk.program_id(0)
+    x = X.tile((ROWS, N), (r, 0)).load().to(tk.float32)
+    e = tk.exp(x - tk.max(x, axis=1, keepdims=True))
+    Y.tile((ROWS, N), (r, 0)).store((e / tk.sum(e, axis=1, keepdims=True)).to(Y.dtype))
+
+
 def main(rows: int = 1000, cols: int = 4097, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, cols)).astype(np.float32)

@@ -20,16 +20,12 @@ import tilekit as tk
 from tilekit.tune import autotune
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from examples import softmax as softmax_kernels  # noqa: E402
+
 SOFTMAX_CONFIGS = [{"ROWS": 1}, {"ROWS": 2}, {"ROWS": 4}]
-
-
-@autotune(configs=SOFTMAX_CONFIGS, key=["X"], rep=30)
-@tk.kernel
-def softmax_rows(X: tk.Tensor, Y: tk.Tensor, N: tk.constexpr, ROWS: tk.constexpr):
-    r = tk.program_id(0)
-    x = X.tile((ROWS, N), (r, 0)).load().to(tk.float32)
-    e = tk.exp(x - tk.max(x, axis=1, keepdims=True))
-    Y.tile((ROWS, N), (r, 0)).store((e / tk.sum(e, axis=1, keepdims=True)).to(Y.dtype))
+softmax_rows = autotune(configs=SOFTMAX_CONFIGS, key=["X"], rep=30)(softmax_kernels.softmax_rows)
 
 
 def softmax_grid(rows: int):
