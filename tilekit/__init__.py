@@ -35,62 +35,29 @@ from tilekit.ir.dtypes import (
     uint32,
     uint64,
 )
-from tilekit.lang.builtins import (
-    abs,
-    arange,
-    argmax,
-    argmin,
-    atomic_add,
-    atomic_max,
-    atomic_min,
-    broadcast_to,
-    cast,
-    cdiv,
-    ceil,
-    cos,
-    cumsum,
-    device_assert,
-    device_print,
-    dot,
-    erf,
-    exp,
-    exp2,
-    expand_dims,
-    floor,
-    full,
-    full_like,
-    isnan,
-    load,
-    log,
-    log2,
-    max,
-    maximum,
-    min,
-    minimum,
-    num_programs,
-    ones,
-    permute,
-    prod,
-    program_id,
-    reshape,
-    rsqrt,
-    sigmoid,
-    sin,
-    sqrt,
-    static_assert,
-    store,
-    sum,
-    tanh,
-    where,
-    zeros,
-    zeros_like,
-)
-from tilekit.lang.control import range, static_range, when
 from tilekit.lang.kernel import KernelFunction, Tensor, constexpr
-from tilekit.lang.pipeline import TileStream, pipeline
-from tilekit.lang.tensor import TensorArg, TileView
-from tilekit.lang.tile import Tile
 from tilekit.rt.launcher import JITKernel, kernel
+
+# The language (builtins, control flow, tiles, pipelines) is imported when a kernel first
+# uses it, i.e. when it is first traced: a process that launches prebuilt kernels from a
+# portfolio never imports it (nor the IR). ``tk.load`` and the rest resolve here on
+# first access and are then plain module attributes.
+_LAZY = {
+    **dict.fromkeys((
+        "abs", "arange", "argmax", "argmin", "atomic_add", "atomic_max", "atomic_min",
+        "broadcast_to", "cast", "ceil", "cos", "cumsum", "device_assert",
+        "device_print", "dot", "erf", "exp", "exp2", "expand_dims", "floor", "full",
+        "full_like", "isnan", "load", "log", "log2", "max", "maximum", "min", "minimum",
+        "num_programs", "ones", "permute", "prod", "program_id", "reshape", "rsqrt",
+        "sigmoid", "sin", "sqrt", "static_assert", "store", "sum", "tanh", "where", "zeros",
+        "zeros_like"), "tilekit.lang.builtins"),
+    **dict.fromkeys(("range", "static_range", "when"), "tilekit.lang.control"),
+    **dict.fromkeys(("TileStream", "pipeline"), "tilekit.lang.pipeline"),
+    **dict.fromkeys(("TensorArg", "TileView"), "tilekit.lang.tensor"),
+    "Tile": "tilekit.lang.tile",
+    "layout": None,  # the layout library (and islpy): the module itself
+    "autotune": "tilekit.tune",  # the tuner (its store, timers and probes)
+}
 
 __version__ = "0.1.0.dev0"
 
@@ -106,16 +73,27 @@ def load_portfolio(path: str, strict: bool = False) -> object:
     return registry.load_portfolio(path, strict)
 
 
+def cdiv(a: object, b: object) -> object:
+    """Ceiling division, for Python ints (on the host too: no import of the language) and
+    for tiles (``tilekit.lang.builtins.cdiv``)."""
+    if type(a) is int and type(b) is int:
+        return -(-a // b)
+    from tilekit.lang.builtins import cdiv as tiles_cdiv
+
+    return tiles_cdiv(a, b)
+
+
 def __getattr__(name: str) -> object:
-    # `tk.layout` imports the layout library (and islpy) only when first used, and
-    # `tk.autotune` imports the tuner (its store, timers and probes) only when first used:
-    # a process that launches prebuilt kernels never needs it.
-    if name == "layout":
-        import importlib
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tilekit' has no attribute {name!r}")
+    import importlib
 
-        return importlib.import_module("tilekit.layout")
-    if name == "autotune":
-        from tilekit.tune import autotune
+    module = _LAZY[name]
+    value = importlib.import_module("tilekit.layout") if module is None else \
+        getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return autotune
-    raise AttributeError(f"module 'tilekit' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -52,6 +52,7 @@ def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
     add[98](FakeTensor((100003,), ptr=ALIGNED), FakeTensor((100003,), ptr=ALIGNED),
             FakeTensor((100003,), ptr=ALIGNED), 100003, BLOCK=1024)
     t_launch = time.perf_counter()
+    traced = len(softmax._cache) + len(add._cache)  # specializations traced (by the launches)
     error = None
     if mode == "strict":
         try:
@@ -60,7 +61,8 @@ def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
             error = str(exc)
     return {"mode": mode, "stats": cache.stats(), "import_to_launch_ms":
             (t_launch - t0) * 1e3, "modules": sorted(m for m in WATCHED if m in sys.modules),
-            "images": [m.hex() for m in lib.modules], "error": error}
+            "images": [m.hex() for m in lib.modules], "error": error, "traced": traced,
+            "front_end": "tilekit.lang.tracer" in sys.modules}
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ and IR hash in the key."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from examples.softmax import softmax
-from tilekit import cli
+from tilekit import cli, knobs
 from tilekit.aot import build, calls, keys, portfolio, registry
 from tilekit.errors import LaunchError, PortfolioError
 from tilekit.rt import cache, gpu, link
@@ -172,12 +171,14 @@ def test_a_fresh_process_launches_prebuilt_kernels_without_a_compiler(
     """TILEKIT_PORTFOLIO, four launches in four buckets, an empty disk cache: four
     portfolio hits, nothing compiled, no compiler module (llvmlite, islpy, sympy, the layout
     library, code generation) and no CUDA bindings imported; the images loaded are the
-    portfolio's cubins."""
+    portfolio's cubins. The kernels were found by their source fingerprint: nothing was
+    traced and the front end (the tracer) was never imported."""
     result = run_child("env", built.path, tmp_path)
     stats = result["stats"]
     assert stats["portfolio_hits"] == 4 and stats["compiles"] == 0
     assert stats["disk_hits"] == 0 and stats["misses"] == 0
     assert result["modules"] == []  # "llvmlite" among the watched ones
+    assert result["traced"] == 0 and not result["front_end"]
     assert len(result["images"]) == 4
     if link.available():
         assert set(result["images"]) == {b"\x7fELF".hex()}
@@ -239,9 +240,8 @@ def test_the_runtime_asks_the_registry_before_the_disk_cache(
     module = softmax.specialize(spec)
     entry = gpu._prebuilt(module, spec, "sm_90a", divisible, None)
     assert entry is not None and entry.kernel.name == "softmax"
-    monkeypatch.setattr(registry.knobs, "JITTER", dataclasses.replace(
-        registry.knobs.JITTER, default=True))
-    assert gpu._prebuilt(module, spec, "sm_90a", divisible, None) is None  # jitter: compile
+    with knobs.override(jitter=True):
+        assert gpu._prebuilt(module, spec, "sm_90a", divisible, None) is None  # compile
 
 
 def test_a_bad_portfolio_in_the_environment_names_the_variable(

@@ -331,7 +331,8 @@ class Driver:
                               "slots": (ctypes.c_void_p * 16).from_address(params),
                               "params": params})
 
-    def load(self, kern: Any, variant: gpu.Variant, loc: Any) -> gpu.LoadedKernel:
+    def load(self, kern: Any, variant: gpu.Variant, loc: Any,
+             untraced: Any = None) -> gpu.LoadedKernel:
         """``gpu._load`` without a device: compile with ``compiled_fn``, "load" it."""
         if variant in kern._loaded:
             return kern._loaded[variant]

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tilekit.aot import calls
+from tilekit.aot import calls, fingerprint
 from tilekit.aot.keys import VariantKey, key_of
 from tilekit.errors import PortfolioError, SourceLoc, TilekitError
 
@@ -51,6 +51,7 @@ class Job:
     where: str
     key: tuple[str, ...]  # the parent's VariantKey, checked by the worker
     cache_dir: str
+    source: str = ""  # the kernel's fingerprint (fingerprint.source_hash), "" when none
 
 
 @dataclass
@@ -193,7 +194,8 @@ def plan(modules: Sequence[str | os.PathLike[str]], declared: Iterable[Declared]
             call = {"kernel": {"module": _shown(module_path), "name": name},
                     "args": d.call["args"], "arch": arch}  # the variant's own call
             job = Job(str(Path(module_path).resolve()), name, call, arch, d.where,
-                      tuple(key), cache_dir or str(cache.cache_dir()))
+                      tuple(key), cache_dir or str(cache.cache_dir()),
+                      fingerprint.source_hash(kern) or "")
             other = chosen.get(key)
             if other is not None:
                 report.duplicates += 1
@@ -332,7 +334,7 @@ def build(modules: Sequence[str | os.PathLike[str]], declared: Iterable[Declared
         compiled = kernel_from_json(r["kernel"], r["binary"])
         variants.append(portfolio.Variant(VariantKey(*job.key), job.call["kernel"]["module"],
                                           r["candidates"], job.call, r["toolchain"],
-                                          compiled, r["image"]))
+                                          compiled, r["image"], source=job.source))
         report.workers.add(r["pid"])
     portfolio.write(out, variants, tilekit.__version__)
     report.variants = len(variants)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from tilekit.ir.core import Module
+if TYPE_CHECKING:
+    from tilekit.ir.core import Module
 
 
 class VariantKey(NamedTuple):

@@ -9,9 +9,10 @@
 The manifest: ``format`` (``FORMAT``), ``tilekit_version``, and per kernel its ``name``,
 ``module`` and ``variants``; per variant its bucket key (``ir_hash``, ``spec``,
 ``size_facts``, ``arch``; ``keys.VariantKey``), the ``candidates`` size facts of its
-traced kernel, the abstract ``call`` that declared it, the ``toolchain`` versions that
-built it, the ``kernel`` (``cache.kernel_to_json``: the ABI and launch configuration) and,
-for each binary, its member name, byte size and sha256.
+traced kernel, the kernel's ``source`` fingerprint (``fingerprint.source_hash``, empty
+when it has none; format 2), the abstract ``call`` that declared it, the ``toolchain``
+versions that built it, the ``kernel`` (``cache.kernel_to_json``: the ABI and launch
+configuration) and, for each binary, its member name, byte size and sha256.
 
 Reading is JSON and byte comparison only (nothing is unpickled, imported or executed)
 and verifies everything before anything is used: a zip that opens, member names that
@@ -31,15 +32,15 @@ import os
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tilekit.aot.keys import VariantKey
 from tilekit.codegen.artifact import CompiledKernel
 from tilekit.errors import PortfolioError
 
-FORMAT = 1
+FORMAT = 2  # 2: per variant the kernel's source fingerprint (format 1 is read too)
 MANIFEST = "manifest.json"
 SUFFIX = ".tkp"
 _MAX_MANIFEST = 64 << 20
@@ -58,6 +59,7 @@ class Variant:
     toolchain: Mapping[str, str]
     compiled: CompiledKernel  # binary: the PTX or code object
     image: bytes = b""  # the linked cubin (NVIDIA; empty without nvJitLink)
+    source: str = ""  # the kernel's fingerprint (fingerprint.source_hash); "" when none
 
     def members(self) -> dict[str, bytes]:
         """Archive member name -> bytes."""
@@ -69,12 +71,11 @@ class Variant:
         return out
 
 
-@dataclass(frozen=True)
-class Portfolio:
+class Portfolio(NamedTuple):
     path: str
     format: int
     tilekit_version: str
-    variants: tuple[Variant, ...] = field(default=())
+    variants: tuple[Variant, ...] = ()
 
     @property
     def kernels(self) -> list[str]:
@@ -103,7 +104,7 @@ def manifest_of(variants: Iterable[Variant], tilekit_version: str) -> dict[str, 
             rows.append({
                 "id": v.key.id, "arch": v.key.arch, "ir_hash": v.key.ir_hash,
                 "spec": v.key.spec, "size_facts": v.key.size_facts,
-                "candidates": v.candidates, "call": v.call,
+                "candidates": v.candidates, "source": v.source, "call": v.call,
                 "toolchain": dict(sorted(v.toolchain.items())),
                 "kernel": kernel_to_json(v.compiled),
                 "binary": _describe(members[0][1], members[0][0]),
@@ -229,7 +230,7 @@ def decode(data: bytes, shown: str = "<bytes>") -> Portfolio:
                           f"({tilekit.__version__}) reads (up to {FORMAT})",
                           "upgrade tilekit, or rebuild the portfolio with this version")
         try:
-            version_text, pending, members = _parse(manifest)
+            version_text, pending, members = _parse(manifest, version)
         except _Malformed as exc:
             raise _refuse(shown, f"the manifest does not follow the format: {exc}") from None
         unexpected = sorted(seen - {MANIFEST} - set(members))
@@ -247,7 +248,7 @@ def decode(data: bytes, shown: str = "<bytes>") -> Portfolio:
                 raise _refuse(shown, f"archive member {name!r} does not match its sha256 in "
                               "the manifest (corrupted or altered)")
             blobs[name] = blob
-    return _attach(shown, version_text, pending, blobs)
+    return _attach(shown, version, version_text, pending, blobs)
 
 
 def _read_member(zf: zipfile.ZipFile, name: str, shown: str) -> bytes:
@@ -258,8 +259,7 @@ def _read_member(zf: zipfile.ZipFile, name: str, shown: str) -> bytes:
                       "copy it again, or rebuild it with `tilekit aot`") from None
 
 
-@dataclass(frozen=True)
-class _Pending:
+class _Pending(NamedTuple):
     variant: Variant  # with empty binaries
     binary: str
     image: str | None
@@ -277,10 +277,11 @@ def _blob_ref(obj: Any, where: str, members: dict[str, tuple[int, str]]) -> str:
     return member
 
 
-def _parse(manifest: dict[str, Any]
+def _parse(manifest: dict[str, Any], format_version: int = FORMAT
            ) -> tuple[str, list[_Pending], dict[str, tuple[int, str]]]:
-    """The manifest's fields, checked against the schema: the tilekit version, the
-    variants (binaries still empty), and member name -> (size, sha256)."""
+    """The manifest's fields, checked against the schema of format ``format_version``: the
+    tilekit version, the variants (binaries still empty), and member name -> (size,
+    sha256)."""
     from tilekit.rt.cache import kernel_from_json
 
     version = _get(manifest, "tilekit_version", str, "manifest")
@@ -311,8 +312,13 @@ def _parse(manifest: dict[str, Any]
                 raise _Malformed(f"{where}.kernel is malformed ({exc})") from None
             if compiled.name != name or compiled.target != key.arch:
                 raise _Malformed(f"{where}.kernel is for {compiled.name} on {compiled.target}")
+            source = _get(row, "source", str, where) if format_version >= 2 else ""
+            if source and (len(source) != 64 or any(c not in "0123456789abcdef"
+                                                    for c in source)):
+                raise _Malformed(f"{where}.source is not a sha256")
             variant = Variant(key, module, _get(row, "candidates", str, where),
-                              _get(row, "call", dict, where), toolchain, compiled)
+                              _get(row, "call", dict, where), toolchain, compiled,
+                              source=source)
             # the member names tilekit gives this variant, and no others
             binary = _blob_ref(_get(row, "binary", dict, where), f"{where}.binary", members)
             image = None if row.get("image") is None else \
@@ -325,7 +331,7 @@ def _parse(manifest: dict[str, Any]
     return version, pending, members
 
 
-def _attach(shown: str, version: str, pending: list[_Pending],
+def _attach(shown: str, format_version: int, version: str, pending: list[_Pending],
             blobs: Mapping[str, bytes]) -> Portfolio:
     import dataclasses
 
@@ -334,4 +340,4 @@ def _attach(shown: str, version: str, pending: list[_Pending],
         compiled = dataclasses.replace(p.variant.compiled, binary=blobs[p.binary])
         image = blobs[p.image] if p.image is not None else b""
         variants.append(dataclasses.replace(p.variant, compiled=compiled, image=image))
-    return Portfolio(shown, FORMAT, version, tuple(variants))
+    return Portfolio(shown, format_version, version, tuple(variants))

@@ -2,10 +2,19 @@
 
 ``load_portfolio`` reads and verifies a portfolio (``portfolio.read``) and registers each
 variant under its ``VariantKey`` (kernel name, IR hash, bucket, arch). A launch that
-misses the in-memory cache asks ``find`` before the disk cache: a hit is a ``cache.Entry``
-built from the portfolio's bytes, so nothing is compiled or linked and no compiler module
-is imported (the key needs only the traced IR, which tracing made anyway). The arch is in
-the key: a portfolio built for sm_90a never serves an sm_80 device.
+misses the in-memory cache asks, before the disk cache:
+
+1. ``untraced``: by the kernel's source fingerprint (``fingerprint``), its specialization
+   and the arch, without tracing. It gives the traced kernel's candidate size facts (so
+   the launch can compute its bucket) and, per set of size facts, the prebuilt kernel
+   (``take``). A fresh process then launches without importing the IR, the front end or
+   any compiler.
+2. ``find``: by the traced module's IR hash, when there is no fingerprint or it differs
+   (e.g. a kernel edited in a way that does not change its IR).
+
+A hit is a ``cache.Entry`` built from the portfolio's bytes: nothing is compiled or
+linked. The arch is in both keys: a portfolio built for sm_90a never serves an sm_80
+device.
 
 A kernel loaded from a *strict* portfolio may not be compiled: a call outside the
 portfolio's buckets is a ``LaunchError`` at the caller's line that lists the nearest
@@ -18,10 +27,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tilekit import knobs
+from tilekit.aot.fingerprint import source_hash
 from tilekit.aot.keys import VariantKey, key_of
 from tilekit.errors import LaunchError, PortfolioError, SourceLoc
 from tilekit.rt import cache
@@ -31,14 +40,25 @@ if TYPE_CHECKING:
     from tilekit.ir.core import Module
 
 
-@dataclass(frozen=True)
-class Prebuilt:
+class Prebuilt(NamedTuple):
     variant: Variant
     entry: cache.Entry
     path: str  # the portfolio it came from
 
 
+class Untraced:
+    """The variants of one kernel source, specialization and arch: the traced kernel's
+    candidate size facts, and the prebuilt kernel per set of facts that hold."""
+
+    __slots__ = ("candidates", "by_size_facts")
+
+    def __init__(self, candidates: tuple[tuple[str, int, int], ...]) -> None:
+        self.candidates = candidates
+        self.by_size_facts: dict[str, Prebuilt] = {}
+
+
 _variants: dict[VariantKey, Prebuilt] = {}
+_untraced: dict[tuple[str, str, str, str], Untraced] = {}  # (kernel, source, spec, arch)
 _by_kernel: dict[str, list[VariantKey]] = {}
 _strict: dict[str, str] = {}  # kernel name -> the strict portfolio that holds it
 _loaded: list[tuple[str, int, bool]] = []  # (path, variants, strict), for `tilekit info`
@@ -55,6 +75,8 @@ def load_portfolio(path: str | os.PathLike[str], strict: bool = False) -> Portfo
         if v.key not in _variants:
             _variants[v.key] = Prebuilt(v, cache.Entry(v.compiled, v.image), found.path)
             _by_kernel.setdefault(v.key.kernel, []).append(v.key)
+            if v.source:
+                _index_untraced(_variants[v.key])
         if strict:
             _strict[v.key.kernel] = found.path
     _loaded.append((found.path, len(found.variants), strict))
@@ -71,6 +93,7 @@ def clear() -> None:
     asked)."""
     global _env_done
     _variants.clear()
+    _untraced.clear()
     _by_kernel.clear()
     _strict.clear()
     _loaded.clear()
@@ -94,6 +117,44 @@ def active() -> bool:
     if not _env_done:
         _load_env()
     return bool(_by_kernel)
+
+
+def _index_untraced(hit: Prebuilt) -> None:
+    key, v = hit.variant.key, hit.variant
+    candidates = tuple((name, int(dim), int(n)) for name, dim, n in
+                       (f.split(":") for f in v.candidates.split(",") if f))
+    group = _untraced.setdefault((key.kernel, v.source, key.spec, key.arch),
+                                 Untraced(candidates))
+    if group.candidates != candidates:  # cannot happen for one source; stay on find()
+        group.candidates = ()
+        group.by_size_facts.clear()
+        return
+    group.by_size_facts.setdefault(key.size_facts, hit)
+
+
+def untraced(kern: Any, spec_text: str, arch: str) -> Untraced | None:
+    """The prebuilt variants of ``kern`` (by its source fingerprint) for this
+    specialization (``gpu.spec_text``) and arch, or None: then trace and ask ``find``."""
+    if not _env_done:
+        _load_env()
+    if not _untraced or kern.name not in _by_kernel or knobs.JITTER.get():
+        return None
+    source = source_hash(kern)
+    if source is None:
+        return None
+    group = _untraced.get((kern.name, source, spec_text, arch))
+    return group if group is not None and group.by_size_facts else None
+
+
+def take(group: Untraced, size_facts_text: str) -> cache.Entry | None:
+    """The prebuilt kernel of ``untraced``'s group for the call's size facts
+    (``gpu.size_facts_text``), counted in ``portfolio_hits``; None: trace and ask ``find``
+    (which raises for a strict portfolio)."""
+    hit = group.by_size_facts.get(size_facts_text)
+    if hit is None:
+        return None
+    cache.count("portfolio_hits")
+    return hit.entry
 
 
 def find(module: Module, spec_text: str, size_facts_text: str, arch: str,

@@ -13,8 +13,10 @@ Pure IR inspection: importing this module imports no compiler.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from tilekit.ir.core import Module
+if TYPE_CHECKING:
+    from tilekit.ir.core import Module
 
 SizeFact = tuple[str, int, int]  # (tensor argument name, dim, divisor)
 

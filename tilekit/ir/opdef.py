@@ -145,7 +145,14 @@ def define(
 
 
 def lookup(name: str) -> OpDef:
-    return REGISTRY[name]
+    found = REGISTRY.get(name)
+    if found is None:
+        # The op table is filled by importing ``tilekit.ir.ops``, which ``tilekit.ir``
+        # no longer does eagerly (a launch from a portfolio never builds an op).
+        import tilekit.ir.ops  # noqa: F401
+
+        found = REGISTRY[name]
+    return found
 
 
 def infer_types(opdef: OpDef, slots: Sequence[str], types: Sequence[Type],

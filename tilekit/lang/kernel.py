@@ -8,7 +8,9 @@ values, tensor dtypes/ranks/index widths, scalar dtypes) is traced once and
 cached.
 
 This module is the front end only: it binds arguments, and traces and optimizes
-a specialization. It imports nothing from ``tilekit.rt``. The runtime owns the call
+a specialization. It imports nothing from ``tilekit.rt``, and imports the IR and the
+tracer only when it first traces: a launch served by an AOT portfolio reads the
+signature and builds the ``Specialization`` here, and never traces. The runtime owns the call
 path: ``tk.kernel`` builds a ``tilekit.rt.launcher.JITKernel`` (a subclass adding
 ``kern[grid](*args, **kwargs)`` and ``kern.trace(*args)``), which turns arrays into a
 ``Specialization`` and calls ``specialize`` here.
@@ -22,21 +24,22 @@ import inspect
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilekit.errors import LaunchError, SourceLoc, TraceError, user_loc
-from tilekit.ir.cleanup import CSE, HOIST
-from tilekit.ir.core import Module
 from tilekit.ir.dtypes import DType
-from tilekit.ir.passes import DCE, PassManager, dump, should_dump
-from tilekit.ir.types import TensorType, TileType
-from tilekit.ir.verifier import verify
-from tilekit.lang import control, tracer
-from tilekit.lang.tensor import TensorArg
-from tilekit.lang.tile import Tile
 
-# The pipeline every kernel runs before a backend sees it.
-DEFAULT_PASSES = (CSE, HOIST, DCE)
+if TYPE_CHECKING:
+    from tilekit.ir.core import Module
+    from tilekit.ir.passes import PassManager
+
+
+def default_passes() -> PassManager:
+    """The pipeline every kernel runs before a backend sees it."""
+    from tilekit.ir.cleanup import CSE, HOIST
+    from tilekit.ir.passes import DCE, PassManager
+
+    return PassManager((CSE, HOIST, DCE))
 
 
 class constexpr:  # noqa: N801  (used as an annotation: `BLOCK: tk.constexpr`)
@@ -143,8 +146,14 @@ class KernelFunction:
         code = fn.__code__
         self.loc = SourceLoc(code.co_filename, code.co_firstlineno)
         self.params: tuple[Param, ...] = tuple(self._params())
-        self.passes = passes or PassManager(DEFAULT_PASSES)
+        self._passes = passes  # default_passes() when first traced
         self._cache: dict[Specialization, Module] = {}
+
+    @property
+    def passes(self) -> PassManager:
+        if self._passes is None:
+            self._passes = default_passes()
+        return self._passes
 
     def _params(self) -> list[Param]:
         out = []
@@ -183,6 +192,8 @@ class KernelFunction:
         """Trace (once per specialization) and run the pass pipeline."""
         module = self._cache.get(spec)
         if module is None:
+            from tilekit.ir.passes import dump, should_dump
+
             module = self._trace(spec)
             if should_dump("ir"):
                 dump(module, "ir")
@@ -200,6 +211,13 @@ class KernelFunction:
         return module
 
     def _trace(self, spec: Specialization) -> Module:
+        from tilekit.ir.core import Module
+        from tilekit.ir.types import TensorType, TileType
+        from tilekit.ir.verifier import verify
+        from tilekit.lang import control, tracer
+        from tilekit.lang.tensor import TensorArg
+        from tilekit.lang.tile import Tile
+
         function = tracer.new_function(self.name, self.loc, spec.constexprs)
         state = tracer.TraceState(function)
         call_args: dict[str, Any] = {}

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from tilekit.errors import LaunchError, SourceLoc
@@ -99,6 +98,8 @@ def _torch_to_host(t: Any, name: str, loc: SourceLoc | None) -> HostArray:
     device = str(src.device)
     host = src if src.device.type == "cpu" else src.cpu()
     if host.dtype == torch.bfloat16:
+        import ml_dtypes
+
         arr = host.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     else:
         try:

@@ -19,7 +19,7 @@ import enum
 import functools
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -332,8 +332,7 @@ class BackendKind(enum.Enum):
     INTERPRETER = "interpreter"
 
 
-@dataclass(frozen=True)
-class Backend:
+class Backend(NamedTuple):
     kind: BackendKind
     reason: str
 

@@ -30,8 +30,7 @@ import functools
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tilekit.errors import ExecutionError, LaunchError, SourceLoc
 
@@ -256,8 +255,7 @@ def _call(name: str, *args: Any, loc: SourceLoc | None = None, what: str | None 
 # --- is there a GPU? ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GpuStatus:
+class GpuStatus(NamedTuple):
     available: bool
     reason: str  # why not (or "" when available)
     device_count: int = 0
@@ -307,8 +305,7 @@ def driver_version() -> str | None:
 # --- devices ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DeviceProps:
+class DeviceProps(NamedTuple):
     """What launch checks and code generation need to know about one device."""
 
     ordinal: int
@@ -416,8 +413,7 @@ def pointer_device(ptr: int) -> int:
 # --- modules and functions ----------------------------------------------------------------
 
 
-@dataclass
-class LoadedFunction:
+class LoadedFunction(NamedTuple):
     """A kernel loaded into one device's primary context."""
 
     module: Any  # CUmodule, as an int

@@ -20,7 +20,7 @@ import struct
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -28,17 +28,19 @@ from tilekit import knobs
 from tilekit.codegen.artifact import CompiledKernel, ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact, size_facts_holding
 from tilekit.errors import ExecutionError, SourceLoc
-from tilekit.ir.core import Module
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
 from tilekit.rt import cache, checks, device_arrays, driver, fastpath, link, tensor_maps
 from tilekit.rt.device_arrays import DeviceArray, StagedArray
 
+if TYPE_CHECKING:
+    from tilekit.ir.core import Module
+
 # A staged array's device buffer (driver.alloc: cuMemAlloc) is at least this aligned.
 _STAGING_ALIGN = 256
 
 # compile_fn(module, arch, divisible): tilekit.codegen.compile_module, or a test's stand-in
-CompileFn = Callable[[Module, str, frozenset[SizeFact]], CompiledKernel]
+CompileFn = Callable[["Module", str, frozenset[SizeFact]], CompiledKernel]
 
 
 class Variant(NamedTuple):
@@ -207,17 +209,27 @@ class LoadedKernel:
         self.pack(self.buffer, 0, *values)
 
 
-def _load(kern: Any, variant: Variant, loc: SourceLoc | None) -> LoadedKernel:
+def _load(kern: Any, variant: Variant, loc: SourceLoc | None,
+          untraced: Any = None) -> LoadedKernel:
+    """The loaded kernel of ``variant``: in memory, else from a portfolio (``untraced``:
+    the registry's group for this kernel source and specialization, found without
+    tracing; else by the traced IR), else the disk cache, else compiled."""
     loaded = kern._loaded.get(variant)
     if loaded is not None:
         cache.count("memory_hits")
         return loaded
     spec, device, divisible = variant
-    module = kern.specialize(spec)
     props = driver.device_props(device)
-    entry = _prebuilt(module, spec, props.arch, divisible, loc)
+    entry = None
+    if untraced is not None:
+        from tilekit.aot import registry
+
+        entry = registry.take(untraced, size_facts_text(divisible))
     if entry is None:
-        entry = compile_cached(module, spec, props.arch, loc, divisible=divisible)
+        module = kern.specialize(spec)
+        entry = _prebuilt(module, spec, props.arch, divisible, loc)
+        if entry is None:
+            entry = compile_cached(module, spec, props.arch, loc, divisible=divisible)
     compiled = entry.kernel
     checks.check_shared_memory(compiled.shared_bytes, props.max_shared_optin, compiled.name, loc)
     checks.check_block(compiled.block_threads, props.max_threads_per_block, loc)
@@ -231,6 +243,16 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None) -> LoadedKernel:
     loaded = LoadedKernel.build(compiled, function, props, status_ptr)
     kern._loaded[variant] = loaded
     return loaded
+
+
+def _untraced(kern: Any, spec: Specialization, device: int) -> Any:
+    """A loaded portfolio's variants of this kernel source and specialization for the
+    device's arch, found without tracing (``tilekit.aot.registry.untraced``), or None."""
+    from tilekit.aot import registry
+
+    if not registry.active():
+        return None
+    return registry.untraced(kern, spec_text(spec), driver.device_props(device).arch)
 
 
 def _prebuilt(module: Module, spec: Specialization, arch: str,
@@ -297,11 +319,12 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
     if device < 0:  # host arrays only: the current context's device, else device 0
         device = driver.current_device()
     driver.use_device(device, loc)
-    divisible = size_facts_holding(kern.size_candidates(spec),
-                                   {n: a.shape for n, a in tensors.items()})
+    untraced = _untraced(kern, spec, device)
+    candidates = untraced.candidates if untraced is not None else kern.size_candidates(spec)
+    divisible = size_facts_holding(candidates, {n: a.shape for n, a in tensors.items()})
     variant = Variant(spec, device, divisible)
     new = variant not in kern._loaded
-    loaded = _load(kern, variant, loc)
+    loaded = _load(kern, variant, loc, untraced)
     if new:
         _record(kern, spec, {**tensors, **scalars}, loaded.props.arch)
     compiled = loaded.compiled
@@ -351,7 +374,7 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
             s.copy_back(tmp)
         ok = True
         if fast and not staged:
-            install(kern, spec, loaded, bound, kern.size_candidates(spec))
+            install(kern, spec, loaded, bound, candidates)
     finally:
         if buffers:
             if not ok:

@@ -27,15 +27,13 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from types import MethodType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tilekit.codegen.size_facts import SizeFact, candidate_size_facts
+from tilekit.codegen.size_facts import SizeFact
 from tilekit.errors import LaunchError, SourceLoc, TilekitError, user_loc
-from tilekit.ir.core import Function, Module, Value
 from tilekit.ir.dtypes import DType, python_scalar_dtype
-from tilekit.ir.passes import PassManager
 from tilekit.lang.kernel import (
     ConstSpec,
     KernelFunction,
@@ -46,6 +44,10 @@ from tilekit.lang.kernel import (
     stride_facts,
 )
 from tilekit.rt.arrays import HostArray, is_array, to_host
+
+if TYPE_CHECKING:  # the IR is imported when a kernel is first traced, not before
+    from tilekit.ir.core import Function, Module, Value
+    from tilekit.ir.passes import PassManager
 
 _SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
 
@@ -166,6 +168,8 @@ class JITKernel(KernelFunction):
         module = self.specialize(spec)
         found: tuple[SizeFact, ...] | None = getattr(module.kernel, "size_candidates", None)
         if found is None:
+            from tilekit.codegen.size_facts import candidate_size_facts
+
             found = candidate_size_facts(module)
             module.kernel.size_candidates = found  # type: ignore[attr-defined]
         return found
