@@ -11,7 +11,10 @@ The children import from compiled bytecode, as an installed package does (pip co
 it at install): one untimed run per case writes it (``PYTHONPYCACHEPREFIX`` in the work
 folder), then the timed runs read it.
 
-    python3 bench/aot_start.py [--runs 7] [--out DIR]
+    python3 bench/aot_start.py [--runs 7] [--out DIR] [--profile]
+
+``--profile`` also runs one child per case under cProfile (after the timed runs) and
+prints where its time went: the functions by own time and by cumulative time.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from common import (  # noqa: E402
 CASES = {"f32 1000x4097": ("f32", 1000, 4097), "bf16 4096x4097": ("bf16", 4096, 4097)}
 
 
-def child(path: str, case: str) -> None:
+def child(path: str, case: str, profile: bool = False) -> None:
     """One fresh process: the timed first launch (torch and the context already there)."""
     import torch
 
@@ -50,6 +53,11 @@ def child(path: str, case: str) -> None:
     y = torch.full_like(x, float("nan"))
     torch.cuda.synchronize()
     sys.path.insert(0, str(ROOT))
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t0 = time.perf_counter()
     import tilekit
 
@@ -61,6 +69,14 @@ def child(path: str, case: str) -> None:
     softmax[rows](x, y, N=cols)
     torch.cuda.synchronize()
     t3 = time.perf_counter()
+    if profile:
+        import pstats
+
+        profiler.disable()
+        for order in ("tottime", "cumulative"):
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats(order).print_stats(28)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(
+            "tilekit|examples", 60)
     from tilekit.rt import cache
 
     err = float((y.double() - torch.softmax(x.double(), 1)).abs().max())
@@ -76,10 +92,11 @@ def child(path: str, case: str) -> None:
 def main() -> int:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=7, help="fresh processes per case")
+    p.add_argument("--profile", action="store_true", help="also profile one child per case")
     p.add_argument("--child", nargs=2, metavar=("PORTFOLIO", "CASE"), help=argparse_hidden())
     args = p.parse_args()
     if args.child:
-        child(*args.child)
+        child(*args.child, profile=args.profile)
         return 0
     require_gpu()
     env = environment()
@@ -125,6 +142,12 @@ def main() -> int:
                      f"{row['first_launch_ms']:.1f}", f"{row['total_ms']:.1f}",
                      "yes" if row["prebuilt"] else "NO", "yes" if row["traced"] else "no",
                      f"{row['max_error']:.1e}"])
+    if args.profile:
+        for case in CASES:
+            proc = subprocess.run([sys.executable, __file__, "--child", str(path), case,
+                                   "--profile"], env=child_env, capture_output=True, text=True,
+                                  timeout=300)
+            print(f"--- profile of one child, {case} ---\n{proc.stderr[-30000:]}")
     print(format_table(["softmax", "import ms", "load_portfolio ms", "first launch ms",
                         "total ms (median)", "prebuilt, no llvmlite", "traced",
                         "max error"], rows))

@@ -25,6 +25,7 @@ Writing is deterministic (sorted, fixed timestamps) and atomic (``cache.write_at
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -32,7 +33,6 @@ import os
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,8 +48,7 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest timestamp: the same bytes every
 _REBUILD = "rebuild it with `tilekit aot` (docs/aot.md)"
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(NamedTuple):
     """One prebuilt kernel: its key, what declared it, what built it, and the binaries."""
 
     key: VariantKey
@@ -333,11 +332,9 @@ def _parse(manifest: dict[str, Any], format_version: int = FORMAT
 
 def _attach(shown: str, format_version: int, version: str, pending: list[_Pending],
             blobs: Mapping[str, bytes]) -> Portfolio:
-    import dataclasses
-
     variants = []
     for p in pending:
         compiled = dataclasses.replace(p.variant.compiled, binary=blobs[p.binary])
         image = blobs[p.image] if p.image is not None else b""
-        variants.append(dataclasses.replace(p.variant, compiled=compiled, image=image))
+        variants.append(p.variant._replace(compiled=compiled, image=image))
     return Portfolio(shown, format_version, version, tuple(variants))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class SlotKind(enum.Enum):
@@ -37,8 +38,7 @@ class SlotKind(enum.Enum):
     TENSOR_MAP = "tensor_map"  # a CUtensorMap for ``arg`` with ``box`` (128 bytes, by value)
 
 
-@dataclass(frozen=True)
-class ParamSlot:
+class ParamSlot(NamedTuple):  # a NamedTuple: cheaper to create at import than a dataclass
     """One kernel parameter: what it holds and its C type (``dtype`` is a DType long
     name: ``int32``, ``int64``, ``uint64``, ``float16``...; pointers are ``uint64``)."""
 
@@ -50,8 +50,7 @@ class ParamSlot:
     swizzle: str = "NONE"  # TENSOR_MAP: a tilekit.layout.tma.Swizzle name
 
 
-@dataclass(frozen=True)
-class AssertSite:
+class AssertSite(NamedTuple):
     """A ``tk.device_assert``: its message and the user's line, for the runtime's error."""
 
     message: str

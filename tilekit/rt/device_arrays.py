@@ -18,7 +18,6 @@ import ctypes
 import enum
 import functools
 import importlib.util
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -45,9 +44,10 @@ def index_dtype_for(shape: tuple[int, ...], strides: tuple[int, ...]) -> DType:
     return DType.INT32 if fits else DType.INT64
 
 
-@dataclass
-class DeviceArray:
-    """A view of device memory owned by the caller's object."""
+class DeviceArray(NamedTuple):
+    """A view of device memory owned by the caller's object. (The runtime's records are
+    NamedTuples or plain classes, not dataclasses: they are created at import, where a
+    dataclass costs about 0.5 ms.)"""
 
     name: str
     ptr: int  # the address of element (0, ..., 0)
@@ -72,24 +72,25 @@ class DeviceArray:
         return _span(self.shape, self.strides)
 
 
-@dataclass
 class StagedArray:
     """A host array that travels to the device for the launch (and back if written)."""
 
-    name: str
-    host: HostArray
-    lo: int = field(init=False)  # byte offset of the lowest addressed element (<= 0)
-    nbytes: int = field(init=False)  # bytes from the lowest to past the highest element
-    device: int | None = None  # host arrays go where the other arguments are
+    def __init__(self, name: str, host: HostArray, device: int | None = None) -> None:
+        self.name = name
+        self.host = host
+        self.device = device  # host arrays go where the other arguments are
+        arr = host.array
+        # lo: byte offset of the lowest addressed element (<= 0); nbytes: bytes from the
+        # lowest to past the highest element
+        self.lo, self.nbytes = 0, 0
+        if arr.size:
+            lo = sum(min(0, (n - 1) * s) for n, s in zip(arr.shape, arr.strides))
+            hi = sum(max(0, (n - 1) * s) for n, s in zip(arr.shape, arr.strides)) + \
+                arr.itemsize
+            self.lo, self.nbytes = lo, hi - lo
 
-    def __post_init__(self) -> None:
-        arr = self.host.array
-        if arr.size == 0:
-            self.lo, self.nbytes = 0, 0
-            return
-        lo = sum(min(0, (n - 1) * s) for n, s in zip(arr.shape, arr.strides))
-        hi = sum(max(0, (n - 1) * s) for n, s in zip(arr.shape, arr.strides)) + arr.itemsize
-        self.lo, self.nbytes = lo, hi - lo
+    def __repr__(self) -> str:
+        return f"StagedArray({self.name!r}, {self.nbytes} bytes, device={self.device})"
 
     dtype = property(lambda self: self.host.dtype)
     shape = property(lambda self: self.host.shape)

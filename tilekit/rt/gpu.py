@@ -19,7 +19,6 @@ import math
 import struct
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -133,8 +132,7 @@ def _dump(title: str, text: str) -> None:
 # --- a kernel loaded on a device, with its argument buffer --------------------------------
 
 
-@dataclass
-class LoadedKernel:
+class LoadedKernel(NamedTuple):
     """One kernel loaded on one device, with its argument buffer: every ABI slot at a
     fixed, aligned offset of ``buffer`` (written by one ``pack`` call, a
     ``struct.Struct.pack_into``), and ``params`` the ``void*[]`` pointing at the slots.
