@@ -5,7 +5,6 @@ compile function (hand-written PTX), so no code generator or GPU is needed."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -142,8 +141,7 @@ def test_tensor_map_slots_round_trip(cache_dir: Path) -> None:
 
     def with_maps(module, arch, divisible=frozenset()):  # type: ignore[no-untyped-def]
         kernel = fake_compile(module, arch, divisible)
-        return dataclasses.replace(kernel, params=(*kernel.params[:-1], *maps,
-                                                   kernel.params[-1]))
+        return kernel._replace(params=(*kernel.params[:-1], *maps, kernel.params[-1]))
 
     built = gpu.compile_cached(module, spec, "sm_90a", compile_fn=with_maps)
     loaded = gpu.compile_cached(module, spec, "sm_90a", compile_fn=with_maps)

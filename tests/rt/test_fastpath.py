@@ -365,8 +365,8 @@ def test_device_asserts_read_the_status_word_on_both_paths(fake: Driver,
     checked: list[tuple[Any, int]] = []
     monkeypatch.setattr(gpu, "_check_status", lambda loaded, stream, loc: checked.append(
         (loaded, stream)))
-    fake.compiled_fn = lambda m, arch, divisible: dataclasses.replace(
-        abi_compile(m, arch, divisible), asserts=(AssertSite("x must be positive", "f", 1),))
+    fake.compiled_fn = lambda m, arch, divisible: abi_compile(m, arch, divisible)._replace(
+        asserts=(AssertSite("x must be positive", "f", 1),))
     check_positive._loaded.clear()
     x = FakeTensor((1000,))
     for stream in (0x5000, 0x5000, None):
@@ -418,7 +418,7 @@ def test_packing_matches_the_slow_fill() -> None:
     slots = (ParamSlot(SlotKind.SCALAR, "a", "float16"),
              ParamSlot(SlotKind.SCALAR, "b", "bfloat16"),
              ParamSlot(SlotKind.SCALAR, "c", "int8"), ParamSlot(SlotKind.STATUS, "", "uint64"))
-    compiled = dataclasses.replace(vector_add_kernel("sm_90a"), params=slots)
+    compiled = vector_add_kernel("sm_90a")._replace(params=slots)
     props = driver.DeviceProps(0, "x", (9, 0), 1, 1, (1, 1, 1), 1, 1)
     k = gpu.LoadedKernel.build(compiled, driver.LoadedFunction(None, None, 1, 0), props, 77)
     k.fill({}, {}, {"a": np.asarray(1.5).astype(np.float16),

@@ -272,10 +272,8 @@ def test_dump_ptx_and_llvm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     spec = next(s for s, m in add._cache.items() if m is module)
 
     def with_llvm(m, arch, divisible):  # type: ignore[no-untyped-def]
-        import dataclasses
 
-        return dataclasses.replace(fake_compile(m, arch, divisible),
-                                   llvm_ir="; the llvm module")
+        return fake_compile(m, arch, divisible)._replace(llvm_ir="; the llvm module")
 
     with knobs.override(cache_dir=str(tmp_path), dump=frozenset({"ptx", "llvm"})):
         gpu.compile_cached(module, spec, "sm_90a", compile_fn=with_llvm)

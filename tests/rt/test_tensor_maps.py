@@ -9,7 +9,6 @@ GPU (marked ``gpu``) it runs on both launch paths, and a map is compared with th
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import struct
 from collections.abc import Iterator
 from types import MethodType
@@ -242,8 +241,7 @@ def tma_compile(module: Any, arch: str,
     x = module.kernel.args[0]
     box = (BOX_ROWS, 128 // x.type.dtype.itemsize)
     slot = ParamSlot(SlotKind.TENSOR_MAP, x.name_hint, "uint8", box=box, swizzle="B128")
-    return dataclasses.replace(compiled, params=(*compiled.params[:-1], slot,
-                                                 compiled.params[-1]))
+    return compiled._replace(params=(*compiled.params[:-1], slot, compiled.params[-1]))
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ Writing is deterministic (sorted, fixed timestamps) and atomic (``cache.write_at
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 import json
@@ -334,7 +333,7 @@ def _attach(shown: str, format_version: int, version: str, pending: list[_Pendin
             blobs: Mapping[str, bytes]) -> Portfolio:
     variants = []
     for p in pending:
-        compiled = dataclasses.replace(p.variant.compiled, binary=blobs[p.binary])
+        compiled = p.variant.compiled._replace(binary=blobs[p.binary])
         image = blobs[p.image] if p.image is not None else b""
         variants.append(p.variant._replace(compiled=compiled, image=image))
     return Portfolio(shown, format_version, version, tuple(variants))

@@ -25,7 +25,6 @@ Kernel ABI (in order, one slot each):
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -59,14 +58,18 @@ class AssertSite(NamedTuple):
     col: int | None = None
 
 
-@dataclass(frozen=True)
-class CompiledKernel:
+class CompiledKernel(NamedTuple):
     """One kernel compiled for one target (a specialization of one kernel).
 
     ``binary`` is the PTX text for NVIDIA targets (``binary_kind == "ptx"``) or a code
     object for AMD (``"hsaco"``); the runtime links PTX into a cubin itself (nvJitLink)
     and caches that. ``shared_bytes`` is the dynamic shared memory the launch must
     request; ``num_warps`` fixes the block size (``num_warps * warp_size`` threads).
+
+    A NamedTuple (as the runtime's other records on the launch path: a dataclass costs
+    ~0.5 ms to create at import). ``llvm_ir`` is only for ``TILEKIT_DUMP=llvm`` right after
+    compiling; ``gpu.compile_cached`` drops it before caching, so a compiled kernel and
+    the same kernel read back from the cache are equal.
     """
 
     name: str
@@ -80,7 +83,7 @@ class CompiledKernel:
     asserts: tuple[AssertSite, ...] = ()
     written_args: tuple[str, ...] = ()  # tensor arguments the kernel may write
     prints: bool = False  # tk.device_print: the runtime synchronizes to flush the output
-    llvm_ir: str = field(default="", compare=False)  # for TILEKIT_DUMP=llvm; not cached
+    llvm_ir: str = ""  # for TILEKIT_DUMP=llvm; dropped before caching
 
     @property
     def block_threads(self) -> int:

@@ -112,6 +112,8 @@ def compile_cached(module: Module, spec: Specialization, arch: str,
         compiled = (compile_fn or _codegen)(module, arch, divisible)
         if "llvm" in dumps and compiled.llvm_ir:
             _dump(f"llvm: {compiled.name} ({arch})", compiled.llvm_ir)
+        if compiled.llvm_ir:
+            compiled = compiled._replace(llvm_ir="")  # not cached: equal to a cache hit
         image = b""
         if compiled.binary_kind == "ptx" and link.available():
             image = link.link_ptx(compiled.binary, arch, compiled.name,
