@@ -104,8 +104,7 @@ def test_index_dtype_agrees_with_the_interpreter() -> None:
     for shape, strides in [((10,), (1,)), ((2**31,), (0,)), ((3, 2**30), (2**30, 1))]:
         host = to_host(np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (1,), (4,)),
                        "x", None)
-        host.shape, host.strides = shape, strides
-        host.__dict__.pop("span", None)
+        host = host._replace(shape=shape, strides=strides)
         assert device_arrays.index_dtype_for(shape, strides) == host.index_dtype
 
 

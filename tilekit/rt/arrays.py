@@ -10,9 +10,7 @@ a GPU machine for debugging.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,8 +18,7 @@ from tilekit.errors import LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
 
 
-@dataclass
-class HostArray:
+class HostArray(NamedTuple):  # not a dataclass: cheaper to create at import
     """A host view of a user's array, and how to copy results back to it."""
 
     array: np.ndarray
@@ -31,7 +28,7 @@ class HostArray:
     device: str
     writeback: Callable[[], None] | None = None
 
-    @cached_property
+    @property
     def span(self) -> int:
         """Elements between the lowest and highest addressed element, plus one."""
         if any(s == 0 for s in self.shape):
