@@ -1,5 +1,7 @@
 """Tiled matmul with tile views and a loop-carried float32 accumulator; odd
-sizes exercise the guarded edge tiles."""
+sizes exercise the guarded edge tiles. On a GPU the bf16 dot runs on tensor cores
+(``mma.sync.m16n8k16``: its tiles are multiples of 16 x 8 x 16); ``TILEKIT_DUMP=layout``
+shows the dot's path."""
 
 from __future__ import annotations
 

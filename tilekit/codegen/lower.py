@@ -23,7 +23,7 @@ and reductions share (``smem_ptr``); ``shared_bytes`` is the total.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,6 +286,14 @@ class KernelLowering:
             if t.mult != 1:
                 v = pb.mul(v, c32(t.mult))
             self._terms[key] = v
+        return self._terms[key]
+
+    def in_prologue(self, key: tuple, make: Callable[[ir.IRBuilder], Any]) -> Any:
+        """``make(prologue builder)``, emitted once per kernel for ``key``: values of the
+        thread ids alone, which dominate the whole body."""
+        key = ("prologue", *key)
+        if key not in self._terms:
+            self._terms[key] = make(self.pb)
         return self._terms[key]
 
     def thread_part(self, lay: TileLayout, dim: int) -> ir.Value:

@@ -478,13 +478,27 @@ def _scan(L: KernelLowering, op: Operation) -> None:
     L.define(op.result, out)
 
 
-# --- dot (FMA) -----------------------------------------------------------------------------------
+# --- dot ----------------------------------------------------------------------------------------
 
 @rule("dot")
 def _dot(L: KernelLowering, op: Operation) -> None:
+    """``acc + a @ b``: on tensor cores when the layout pass planned it (``lower_mma``),
+    else on FMA units."""
+    from tilekit.layout.mma_sync import MmaSyncPlan
+
+    path = op.attrs.get("path")
+    if isinstance(path, MmaSyncPlan):
+        from tilekit.codegen.lower_mma import lower_mma_dot
+
+        lower_mma_dot(L, op, path)
+        return
+    _fma_dot(L, op)
+
+
+def _fma_dot(L: KernelLowering, op: Operation) -> None:
     """``acc + a @ b`` on FMA units: a and b are staged in shared memory (row-major), and
     each thread runs a K loop over its accumulator registers, loading each row of ``a``
-    and each column of ``b`` it needs once per step. Tensor cores come later."""
+    and each column of ``b`` it needs once per step."""
     b = L.b
     a_v, b_v, acc_v = op.operand("a"), op.operand("b"), op.operand("acc")
     la, lb, lc = layout_of(a_v), layout_of(b_v), layout_of(acc_v)

@@ -23,7 +23,9 @@ On top: ``vectorize`` (widest aligned access), ``banks`` and ``swizzle``
 (bank models per target, swizzle synthesis), ``convert`` (costed
 convert_layout plans), ``tma``/``wgmma``/``admissibility`` (hardware fast
 paths as a first-class, costed answer), ``assign`` (a matmul tile's layouts),
-``pictures`` (SVG pictures; ``tilekit layout`` on the command line).
+``pictures`` (SVG pictures; ``tilekit layout`` on the command line), ``mma_sync``
+(whether a dot fits mma.sync.m16n8k16, its warp grid, its operands' shared tiles and
+ldmatrix reads).
 
 Helper modules, each one idea split from the module it serves: ``f2``
 (bit-matrix algebra over F2), ``cute_swizzle`` (CuTe's Swizzle and
@@ -45,7 +47,8 @@ from typing import Any
 # `tile_layouts` without paying for ISL, sympy and the pictures (about 0.5 s).
 _SUBMODULES = frozenset({
     "admissibility", "assign", "banks", "convert", "cute", "distributed", "isl_lift",
-    "linear", "pictures", "piecewise", "propagate", "shared", "swizzle", "tile_convert",
+    "linear", "mma_sync", "pictures", "piecewise", "propagate", "shared", "swizzle",
+    "tile_convert",
     "tile_layouts", "tma", "vectorize", "wgmma",
 })
 _NAMES: dict[str, tuple[str, str]] = {
@@ -70,8 +73,8 @@ _NAMES: dict[str, tuple[str, str]] = {
     **{n: ("shared", n) for n in ("Major", "Operand", "SwizzleMode", "nvidia_swizzle",
                                   "swizzled_shared", "unswizzled")},
     **{n: ("swizzle", n) for n in ("SharedAccess", "synthesize_swizzle")},
-    **{n: ("tile_layouts", n) for n in ("BlockedEncoding", "SliceEncoding", "TileLayout",
-                                        "default_blocked")},
+    **{n: ("tile_layouts", n) for n in ("BlockedEncoding", "MmaEncoding", "MmaOperand",
+                                        "SliceEncoding", "TileLayout", "default_blocked")},
     **{n: ("tma", n) for n in ("GlobalTensor", "TmaRequest", "tma_admissibility",
                                "tma_alternatives")},
     **{n: ("vectorize", n) for n in ("TensorFacts", "vector_width")},
@@ -96,14 +99,15 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BLOCK", "LANE", "OFFSET", "REGISTER", "WARP", "Access", "AccessKind", "BlockedEncoding",
-    "ComposedLayout", "LayoutOptions", "SliceEncoding", "TileLayout", "assign_layouts",
+    "ComposedLayout", "LayoutOptions", "MmaEncoding", "MmaOperand", "SliceEncoding",
+    "TileLayout", "assign_layouts",
     "default_blocked", "propagate", "tile_convert", "tile_layouts",
     "ConversionKind", "Domain", "GlobalTensor", "Layout", "LinearLayout", "Major", "MatmulTile",
     "MatrixCount", "Operand", "PiecewiseLayout", "Rule", "SharedAccess", "Swizzle",
     "SwizzleMode", "SymbolicExtent", "Target", "TensorFacts", "TmaRequest", "Verdict",
     "Violation", "admissibility", "apply_plan", "assign", "bank_target", "banks", "blocked",
     "convert", "count_wavefronts", "cute", "decompose_tiled", "distributed", "equal",
-    "isl_lift", "ldmatrix", "lift", "linear", "mma_m16n8k16_a", "mma_m16n8k16_acc",
+    "isl_lift", "ldmatrix", "lift", "linear", "mma_m16n8k16_a", "mma_m16n8k16_acc", "mma_sync",
     "mma_m16n8k16_b", "nvidia_swizzle", "pictures", "piecewise", "plan_conversion",
     "plan_matmul_tile", "render", "render_cute", "render_distributed", "render_shared",
     "shared", "show", "slice_layout", "stmatrix", "swizzle", "swizzled_shared",

@@ -75,6 +75,7 @@ __all__ = [
     "core_matrix_access",
     "count_layout_transactions",
     "count_wavefronts",
+    "count_wavefronts_each",
     "ldmatrix_access",
     "phase_basis",
     "target",
@@ -359,9 +360,15 @@ def count_wavefronts(target: Target, access: Access, addresses: Sequence[int] | 
     Per phase: the largest number of distinct bank words any one bank must
     deliver; summed over phases. Lanes outside ``access.lanes`` are ignored.
     """
-    array = np.asarray(addresses, dtype=np.int64).reshape(1, -1)
+    return int(count_wavefronts_each(target, access, np.asarray(addresses).reshape(1, -1))[0])
+
+
+def count_wavefronts_each(target: Target, access: Access, addresses: np.ndarray) -> np.ndarray:
+    """``count_wavefronts`` of many instructions at once: ``addresses[i]`` holds instruction
+    ``i``'s byte address per lane; the result holds each one's wavefronts."""
+    array = np.asarray(addresses, dtype=np.int64)
     _check_addresses(target, access, array)
-    return int(_wavefronts(target, access, array)[0])
+    return _wavefronts(target, access, array)
 
 
 # --------------------------------------------------------------------------- whole layouts

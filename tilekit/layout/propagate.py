@@ -5,7 +5,12 @@ specialized IR, before code generation, in three steps:
 
 1. **Anchors.** Global memory ops want their tile coalesced along the
    unit-stride dim with 16-byte vectors per thread (``tile_layouts.default_blocked``
-   for the tensor's element size); ``dot`` wants its accumulator blocked.
+   for the tensor's element size). A ``dot`` that fits ``mma.sync`` (``mma_sync``) wants
+   the instruction's accumulator layout: that anchor is seeded first and flows forward
+   through elementwise ops and loop-carried values, so that the accumulator stays in it
+   across the K loop and converts once, at the store; any other ``dot`` wants its
+   accumulator blocked (FMA units). Each dot records the path it takes, and why, in its
+   ``path`` attribute (``TILEKIT_DUMP=layout`` prints it).
 2. **Hints, backward.** From the anchors, preferred layouts flow back through
    elementwise ops, broadcasts, ``expand_dims``, reductions, permutes and
    loop-carried values to where tiles are made (``constant``, ``arange``), so
@@ -38,8 +43,10 @@ from tilekit.ir.core import Block, Module, Operation, Value, clone_module
 from tilekit.ir.opdef import lookup
 from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY
 from tilekit.ir.types import SharedType, TensorType, TileType
+from tilekit.layout.mma_sync import FmaPath
 from tilekit.layout.tile_layouts import (
     BlockedEncoding,
+    MmaEncoding,
     ScalarEncoding,
     SliceEncoding,
     TileLayout,
@@ -69,11 +76,17 @@ class LayoutOptions:
     bank_target: str = "sm_90"
 
 
+#: A dot's decision: its mma.sync layouts (accumulator, A, B), or why it stays on FMA units.
+DotFit = tuple[TileLayout, TileLayout, TileLayout] | FmaPath
+
+
 class _Assigner:
     def __init__(self, options: LayoutOptions) -> None:
         self.o = options
         self.base = options  # scalars are laid out for these, in every warp role
         self.hints: dict[int, TileLayout] = {}
+        self.seeded: set[int] = set()
+        self.fits: dict[tuple[int, int], DotFit] = {}
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -108,6 +121,73 @@ class _Assigner:
 
     def hinted(self, value: Value) -> TileLayout | None:
         return self.hints.get(id(value))
+
+    def dot_fit(self, op: Operation) -> DotFit:
+        """Whether ``op`` (a dot) runs on mma.sync with the running warps, and its layouts."""
+        from tilekit.layout import banks
+        from tilekit.layout.mma_sync import mma_layouts, mma_sync_misfit
+
+        key = (id(op), self.o.num_warps)
+        if key not in self.fits:
+            a, acc = op.operand("a").type, op.operand("acc").type
+            (m, k), n = a.shape, acc.shape[1]
+            why = mma_sync_misfit(m, n, k, a.dtype, acc.dtype, self.o.num_warps,
+                                  self.o.warp_size, banks.target(self.o.bank_target))
+            self.fits[key] = FmaPath(why) if why else mma_layouts(m, n, k, self.o.num_warps)
+        return self.fits[key]
+
+    # --- step 1b: hardware anchors, forward -------------------------------------------------
+
+    def seed(self, value: Value, layout: TileLayout) -> None:
+        if id(value) not in self.seeded and isinstance(value.type, TileType) \
+                and layout.shape == value.type.shape:
+            self.hints[id(value)] = layout
+            self.seeded.add(id(value))
+
+    def seeded_layout(self, value: Value) -> TileLayout | None:
+        return self.hints[id(value)] if id(value) in self.seeded else None
+
+    def seed_block(self, block: Block) -> None:
+        """mma accumulators, forward: a dot's result and accumulator, the elementwise ops
+        they feed, and the carried values they are yielded as. Seeds are hints the
+        backward pass keeps (it only fills values without one)."""
+        for op in block.ops:
+            name = op.name
+            if name == "dot":
+                fit = self.dot_fit(op)
+                if not isinstance(fit, FmaPath):
+                    self.seed(op.result, fit[0])
+                    self.seed(op.operand("acc"), fit[0])
+            elif name in ELEMENTWISE:
+                for v in op.operands:
+                    lay = self.seeded_layout(v)
+                    if lay is not None:
+                        for r in op.results:
+                            self.seed(r, lay)
+                        break
+            elif name == "warp_roles":
+                producer, consumer = (r.block for r in op.regions)
+                with self.warps(op.attrs["producer_warps"]):
+                    self.seed_block(producer)
+                self.seed_block(consumer)
+                self.seed_carried(consumer, consumer.args, op)
+            elif name in ("for", "pipeline", "when"):
+                body = op.regions[0].block
+                self.seed_block(body)
+                skip = {"for": 1, "pipeline": 1 + len(op.variadic("tensors")), "when": 0}[name]
+                self.seed_carried(body, body.args[skip:] if name != "when" else [], op)
+
+    def seed_carried(self, body: Block, args, op: Operation) -> None:
+        term = body.terminator
+        yielded = list(term.operands) if term is not None else []
+        inits = op.variadic("inits")
+        for i, (res, init, y) in enumerate(zip(op.results, inits, yielded)):
+            arg = args[i] if i < len(args) else None
+            lay = self.seeded_layout(y) or (self.seeded_layout(arg) if arg is not None else None)
+            if lay is not None:
+                for v in (res, init, y, arg):
+                    if v is not None:
+                        self.seed(v, lay)
 
     def anchor(self, op: Operation) -> TileLayout:
         """The layout a global memory op wants for its tiles: coalesced, with 16-byte
@@ -179,7 +259,9 @@ class _Assigner:
             return
         if name == "dot":
             acc = op.operand("acc")
-            res = self.hinted(op.result) or self.default(acc.type.shape)
+            fit = self.dot_fit(op)
+            anchor = fit[0] if not isinstance(fit, FmaPath) else None
+            res = anchor or self.hinted(op.result) or self.default(acc.type.shape)
             self.hint(acc, res)
             self.hint(op.result, res)
             for slot in ("a", "b"):
@@ -372,11 +454,16 @@ class _Assigner:
         elif name == "reshape":
             self.set(op.result, self.fresh(op.result, op.result.type.dtype.itemsize))
         elif name == "dot":
-            acc = self.layout(op.operand("acc"))
-            if not isinstance(acc.encoding, BlockedEncoding):
-                acc = self.default(acc.shape)
-                self.require_slot(op, "acc", acc)
-            self.set(op.result, acc)
+            fit = self.dot_fit(op)
+            if isinstance(fit, FmaPath):
+                acc = self.layout(op.operand("acc"))
+                if not isinstance(acc.encoding, BlockedEncoding):
+                    acc = self.default(acc.shape)
+                    self.require_slot(op, "acc", acc)
+                op.attrs["path"] = fit
+                self.set(op.result, acc)
+            else:
+                self.assign_mma(op, *fit)
         elif name == "convert_layout":
             pass  # already typed
         elif name == "for":
@@ -400,6 +487,27 @@ class _Assigner:
             pass
         else:
             raise NotImplementedError(f"layout assignment has no rule for `{name}`")
+
+    def assign_mma(self, op: Operation, acc: TileLayout, a: TileLayout, b: TileLayout) -> None:
+        """The accumulator in the instruction's layout; each operand from registers when it
+        is in (or renames or shuffles into) its fragment layout, else staged through shared
+        memory (``mma_sync.stage_operand``). The plan goes to the ``path`` attribute."""
+        from tilekit.layout import banks
+        from tilekit.layout.mma_sync import plan_mma_sync, stage_operand
+        from tilekit.layout.tile_convert import plan_tile_conversion
+
+        self.require_slot(op, "acc", acc)
+        staged = []
+        for slot, want in (("a", a), ("b", b)):
+            have = self.layout(op.operand(slot))
+            if have != want and isinstance(have.encoding, MmaEncoding) \
+                    and not plan_tile_conversion(have, want).staged:
+                self.require_slot(op, slot, want)
+                have = want
+            staged.append(None if have == want else
+                          stage_operand(have, want, banks.target(self.o.bank_target)))
+        op.attrs["path"] = plan_mma_sync(op.operand("a").type.dtype, acc, a, b, *staged)
+        self.set(op.result, acc)
 
     def carried_layout(self, value: Value) -> TileLayout | None:
         """A carried value's layout; None for values without one (tokens)."""
@@ -477,6 +585,7 @@ def assign_layouts(module: Module, options: LayoutOptions | None = None) -> Modu
     for fn in module.functions:
         assigner = _Assigner(options)
         assigner.survey(fn)
+        assigner.seed_block(fn.entry)
         assigner.hint_block(fn.entry)
         for arg in fn.args:
             if isinstance(arg.type, TileType):

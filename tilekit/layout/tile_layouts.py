@@ -19,6 +19,11 @@ For power-of-two shapes the function is exactly ``distributed.blocked`` /
 ``slice_layout`` (``to_linear``): the tests check it point by point, and
 conversions between such layouts are planned by ``convert.plan_conversion``.
 
+The fragments of ``mma.sync.m16n8k16`` (accumulator, operands A and B) are an
+encoding too (:class:`MmaEncoding`): the instruction's fixed lane pattern, warps
+over a grid of instruction tiles, repeats in registers; ``distributed.mma_m16n8k16_*``
+on power-of-two shapes.
+
 A coordinate is affine in per-dim thread digits, which is what code
 generation emits: ``coord_d = offset_d(register) + lane_term_d + warp_term_d``
 with ``term = ((id // div) % mod) * mult``.
@@ -26,6 +31,7 @@ with ``term = ((id // div) % mod) * mult``.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +46,8 @@ __all__ = [
     "BlockedEncoding",
     "DimMap",
     "Encoding",
+    "MmaEncoding",
+    "MmaOperand",
     "ScalarEncoding",
     "SliceEncoding",
     "ThreadTerm",
@@ -145,7 +153,91 @@ class ScalarEncoding:
         return "#scalar"
 
 
-Encoding = BlockedEncoding | SliceEncoding | ScalarEncoding
+class MmaOperand(enum.Enum):
+    """Which fragment of ``mma.sync.m16n8k16`` an :class:`MmaEncoding` lays out."""
+
+    ACC = "acc"  # C/D, M x N, float32
+    A = "a"  # M x K, 16-bit
+    B = "b"  # K x N, 16-bit
+
+
+@dataclass(frozen=True)
+class MmaEncoding:
+    """The fragments of ``mma.sync.aligned.m16n8k16`` (f16/bf16 inputs, f32 accumulator)
+    over a ``warps_per_cta = (wm, wn)`` grid of instruction tiles, the same function as
+    ``distributed.mma_m16n8k16_acc`` / ``_a`` / ``_b`` on power-of-two shapes.
+
+    Warp ``w`` is at ``(w // wn, w % wn)`` of the grid (warps step along N first); the
+    warps' footprint repeats in registers (accumulator: N, then M; operands: K, then
+    M or N). Operand A is the same in warps along N, B in warps along M: those copies are
+    replicas (their owner is the warp at grid column, resp. row, 0). A shape that is not
+    a multiple of the footprint wraps like a blocked one (``coordinate mod extent``)."""
+
+    operand: MmaOperand
+    warps_per_cta: tuple[int, int]
+    warp_size: int = 32
+
+    def __post_init__(self) -> None:
+        if len(self.warps_per_cta) != 2 or not all(_is_pow2(w) for w in self.warps_per_cta):
+            raise LayoutError(f"mma warps_per_cta must be two powers of two: {self}")
+        if self.warp_size != 32:
+            raise LayoutError("mma.sync fragments are laid out over 32-lane warps")
+
+    @property
+    def rank(self) -> int:
+        return 2
+
+    @property
+    def num_warps(self) -> int:
+        return self.warps_per_cta[0] * self.warps_per_cta[1]
+
+    @property
+    def instruction(self) -> tuple[int, int]:
+        """The tile one instruction's fragment covers."""
+        return _MMA_TILE[self.operand]
+
+    def footprint(self) -> tuple[int, int]:
+        """The tile the warps cover together, before register repeats."""
+        wm, wn = self.warps_per_cta
+        rows, cols = self.instruction
+        if self.operand is MmaOperand.A:
+            return rows * wm, cols
+        if self.operand is MmaOperand.B:
+            return rows, cols * wn
+        return rows * wm, cols * wn
+
+    def repeats(self, shape: Sequence[int]) -> tuple[int, int]:
+        """Register repeats along (outer, inner): accumulator (M, N), A (M, K), B (N, K).
+        Register ``r`` is fragment element ``r % fragment`` of repeat ``r // fragment``,
+        repeat ``j`` being ``(j // inner, j % inner)``."""
+        fp = self.footprint()
+        reps = [max(1, -(-shape[d] // fp[d])) for d in range(2)]
+        if self.operand is MmaOperand.B:
+            return reps[1], reps[0]
+        return reps[0], reps[1]
+
+    @property
+    def fragment(self) -> int:
+        """Elements of one instruction's fragment held by each lane (PTX ISA a0.., b0.., c0..)."""
+        return len(_MMA_ELEMENTS[self.operand])
+
+    def __str__(self) -> str:
+        wm, wn = self.warps_per_cta
+        return f"#mma<m16n8k16 {self.operand.value}, warps=[{wm},{wn}]>"
+
+
+# PTX ISA 9.2, 9.7.14.5.8 (Matrix Fragments for mma.m16n8k16 with floating point type), with
+# g = lane / 4 and t = lane % 4: element i of each fragment at (row, col) = base[i] + the lane's
+# part. A and the accumulator: (g, 2t); B: (2t, g).
+_MMA_TILE = {MmaOperand.ACC: (16, 8), MmaOperand.A: (16, 16), MmaOperand.B: (16, 8)}
+_MMA_ELEMENTS: dict[MmaOperand, tuple[tuple[int, int], ...]] = {
+    MmaOperand.ACC: ((0, 0), (0, 1), (8, 0), (8, 1)),
+    MmaOperand.A: ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9)),
+    MmaOperand.B: ((0, 0), (1, 0), (8, 0), (9, 0)),
+}
+
+
+Encoding = BlockedEncoding | SliceEncoding | ScalarEncoding | MmaEncoding
 SCALAR = ScalarEncoding()
 
 
@@ -291,6 +383,11 @@ class TileLayout:
             parent_shape = self.shape[:enc.dim] + (1,) + self.shape[enc.dim:]
             parent = TileLayout(parent_shape, enc.parent).to_linear()
             return distributed.slice_layout(parent, enc.dim)
+        if isinstance(enc, MmaEncoding):
+            build = {MmaOperand.ACC: distributed.mma_m16n8k16_acc,
+                     MmaOperand.A: distributed.mma_m16n8k16_a,
+                     MmaOperand.B: distributed.mma_m16n8k16_b}[enc.operand]
+            return build(self.shape, enc.warps_per_cta)
         raise LayoutError(f"no linear form for {enc}")
 
 
@@ -321,11 +418,45 @@ def _blocked_form(shape: Sequence[int], enc: BlockedEncoding):
     return dims, ()
 
 
+def _term(div: int, mod: int, mult: int) -> ThreadTerm:
+    return ThreadTerm(div, mod, mult) if mod > 1 else _NO_TERM
+
+
+def _mma_form(shape: Sequence[int], enc: MmaEncoding):
+    """Registers enumerate (fragment element, inner repeat, outer repeat); see MmaEncoding."""
+    wm, wn = enc.warps_per_cta
+    op = enc.operand
+    elements = _MMA_ELEMENTS[op]
+    fp = enc.footprint()
+    outer, inner = enc.repeats(shape)
+    # (dim of the outer repeat, dim of the inner repeat) and the steps between repeats
+    dims = {MmaOperand.ACC: (0, 1), MmaOperand.A: (0, 1), MmaOperand.B: (1, 0)}[op]
+    offsets: list[list[int]] = [[], []]
+    for j in range(outer * inner):
+        step = [0, 0]
+        step[dims[0]] = (j // inner) * fp[dims[0]]
+        step[dims[1]] = (j % inner) * fp[dims[1]]
+        for row, col in elements:
+            offsets[0].append(row + step[0])
+            offsets[1].append(col + step[1])
+    g, t = _term(4, 8, 1), _term(1, 4, 2)
+    lanes = (t, g) if op is MmaOperand.B else (g, t)
+    by_m, by_n = _term(wn, wm, 16), _term(1, wn, 8)
+    warps = {MmaOperand.ACC: (by_m, by_n), MmaOperand.A: (by_m, _NO_TERM),
+             MmaOperand.B: (_NO_TERM, by_n)}[op]
+    replicas = {MmaOperand.ACC: (), MmaOperand.A: ((_NO_TERM, _term(1, wn, 1)),),
+                MmaOperand.B: ((_NO_TERM, _term(wn, wm, 1)),)}[op]
+    dimmaps = tuple(DimMap(shape[d], tuple(offsets[d]), lanes[d], warps[d]) for d in range(2))
+    return dimmaps, tuple(r for r in replicas if r[1].mod > 1)
+
+
 def _affine_form(shape: Sequence[int], enc: Encoding):
     if isinstance(enc, ScalarEncoding):
         return (), ((ThreadTerm(1, enc.warp_size, 1), ThreadTerm(1, enc.num_warps, 1)),)
     if isinstance(enc, BlockedEncoding):
         return _blocked_form(shape, enc)
+    if isinstance(enc, MmaEncoding):
+        return _mma_form(shape, enc)
     # A slice: the parent's form with the dim's register digits fixed to 0 and its thread
     # terms turned into replica conditions. The parent's extent along the dim is 1.
     parent_shape = tuple(shape[:enc.dim]) + (1,) + tuple(shape[enc.dim:])
