@@ -8,7 +8,13 @@ not in the time), and the figure is the median round's microseconds per launch.
 
 Variants:
 
-* ``tilekit``: ``add_one[grid](x, y, n, BLOCK=BLOCK)``, the fast path (a cache hit);
+* ``tilekit``: ``add_one[grid](x, y, n, BLOCK=BLOCK)``, the fast path (a cache hit) as it
+  runs by default: through the native launcher (``tilekit.rt._fastlaunch``) when it is
+  built, else the generated Python dispatcher (the table names which);
+* ``tilekit (python dispatcher)``: the same launch of a second kernel object whose
+  dispatcher was built with ``TILEKIT_NATIVE_LAUNCH=0``: the generated Python function,
+  side by side with the native launcher (``TILEKIT_NATIVE_LAUNCH=0 python3
+  bench/dispatch.py`` makes both rows the Python dispatcher);
 * ``tilekit slow path``: the same launch through the full path (``Launch.__call__`` of
   the base class: bind, specialize, describe, check), what every launch cost before;
 * ``raw cuLaunchKernel (argtypes)``: ctypes into libcuda with ``argtypes`` set, all
@@ -22,8 +28,9 @@ Variants:
 * ``torch.add``: ``torch.add(a, b, out=c)`` of 4096 floats;
 * ``triton``: the same kernel as a tutorial-style ``@triton.jit`` vector add.
 
-Also timed alone: the fast path's key (``Dispatcher.key_fn``) and the torch attributes it
-reads. Targets (issue 7): tilekit <= 1.3x raw (argtypes), Triton >= 2.5x tilekit.
+Also timed alone: the fast path's key (``Dispatcher.key_fn``, and the native launcher's
+``key``) and the torch attributes it reads. Targets (issue 7): tilekit <= 1.3x raw
+(argtypes), Triton >= 2.5x tilekit.
 ``bench/dispatch_cpu.py`` times the same fast path without a GPU, piece by piece.
 
     python3 bench/dispatch.py [--out DIR] [--launches 5000] [--rounds 5]
@@ -101,7 +108,8 @@ def main() -> int:
     env = common.environment()
     common.print_header(env)
 
-    from tilekit.rt import device_arrays, driver, fastpath, gpu
+    from tilekit import knobs
+    from tilekit.rt import device_arrays, driver, fastpath, gpu, native_launch
     from tilekit.rt.launcher import Launch
 
     dev = torch.cuda.current_device()
@@ -117,12 +125,22 @@ def main() -> int:
     assert torch.equal(y, expected), "tilekit's add_one is wrong"
     if not add_one._loaded.fast:
         sys.exit("tilekit installed no fast path entry for this launch (a bug)")
-    print(f"# tilekit launches through {type(add_one[grid]).__name__} "
-          f"(fast path: {add_one._fast_call is not None})")
+    launcher = "native launcher" if next(iter(add_one._loaded.fast.values())).native \
+        is not None else "python dispatcher"
+    print(f"# tilekit's fast path: {launcher}; the launcher: {native_launch.status()}")
+    add_one_py = build_tilekit()  # the same kernel again, its dispatcher the generated one
+    with knobs.override(native_launch=False):
+        add_one_py[grid](x, y, N, BLOCK=BLOCK)
+    py_dispatcher = next(iter(add_one_py._loaded.fast.values()))
+    assert py_dispatcher.native is None and add_one_py._fast_call is py_dispatcher.python_call
 
     def loop_tilekit(k: int) -> None:
         for _ in range(k):
             add_one[grid](x, y, N, BLOCK=BLOCK)
+
+    def loop_tilekit_py(k: int) -> None:
+        for _ in range(k):
+            add_one_py[grid](x, y, N, BLOCK=BLOCK)
 
     def loop_slow(k: int) -> None:
         for _ in range(k):
@@ -184,6 +202,7 @@ def main() -> int:
 
     variants: list[tuple[str, Any]] = [
         ("tilekit", loop_tilekit),
+        ("tilekit (python dispatcher)", loop_tilekit_py),
         ("raw cuLaunchKernel (argtypes)", loop_raw_argtypes),
         ("raw cuLaunchKernel (no argtypes)", loop_raw_plain),
         ("raw cuLaunchKernelEx (pre-packed)", loop_raw_ex),
@@ -212,10 +231,11 @@ def main() -> int:
     slow = rounds_us(loop_slow, max(1, args.launches // 20), args.rounds)
     results["tilekit slow path"] = {"us_per_launch": common.median(slow), "rounds_us": slow,
                                     "launches_per_round": max(1, args.launches // 20)}
-    y.zero_()
-    loop_tilekit(1)
-    torch.cuda.synchronize()
-    assert torch.equal(y, expected), "tilekit's result changed after the timing"
+    for loop in (loop_tilekit, loop_tilekit_py):
+        y.zero_()
+        loop(1)
+        torch.cuda.synchronize()
+        assert torch.equal(y, expected), "tilekit's result changed after the timing"
 
     # the fast path's key alone, and what it reads of torch
     dispatcher = next(iter(add_one._loaded.fast.values()))
@@ -224,6 +244,12 @@ def main() -> int:
     reps = 200_000
     key_us = timeit.timeit(lambda: key_fn(x, y, N, BLOCK), number=reps) / reps * 1e6
     empty_us = timeit.timeit(lambda: None, number=reps) / reps * 1e6
+    native_key_us = None
+    if dispatcher.native is not None:
+        native_key = dispatcher.native.key
+        assert native_key(x, y, N, BLOCK) == key_fn(x, y, N, BLOCK)
+        native_key_us = timeit.timeit(lambda: native_key(x, y, N, BLOCK), number=reps) / reps \
+            * 1e6 - empty_us
     raw_stream = device_arrays.torch_current_stream()
     attrs = {
         "t.dtype": lambda: x.dtype, "t.dim()": lambda: x.dim(),
@@ -242,15 +268,18 @@ def main() -> int:
     raw_plain = results["raw cuLaunchKernel (no argtypes)"]["us_per_launch"]
     raw_ex = results["raw cuLaunchKernelEx (pre-packed)"]["us_per_launch"]
     tk_us = results["tilekit"]["us_per_launch"]
+    py_us = results["tilekit (python dispatcher)"]["us_per_launch"]
     tri_us = results.get("triton", {}).get("us_per_launch")
     rows = []
-    order = ["tilekit", "raw cuLaunchKernel (argtypes)", "raw cuLaunchKernel (no argtypes)",
-             "raw cuLaunchKernelEx (pre-packed)", "torch.add", "triton", "tilekit slow path"]
+    order = ["tilekit", "tilekit (python dispatcher)", "raw cuLaunchKernel (argtypes)",
+             "raw cuLaunchKernel (no argtypes)", "raw cuLaunchKernelEx (pre-packed)",
+             "torch.add", "triton", "tilekit slow path"]
     for name in order:
         if name in results:
             per = results[name]["rounds_us"]
             us = results[name]["us_per_launch"]
-            rows.append([name, us, min(per), max(per), us / raw_at])
+            label = f"tilekit ({launcher})" if name == "tilekit" else name
+            rows.append([label, us, min(per), max(per), us / raw_at])
     print(f"\nHost time per launch, median of {args.rounds} rounds of {args.launches} "
           f"launches ({N} float32, grid {grid}, BLOCK {BLOCK}):\n")
     print(common.format_table(["variant", "us/launch", "min", "max", "x raw (argtypes)"], rows))
@@ -261,18 +290,25 @@ def main() -> int:
         "tilekit_minus_raw_ex_us": tk_us - raw_ex,
         "triton_over_tilekit": None if tri_us is None else tri_us / tk_us,
         "slow_over_fast": results["tilekit slow path"]["us_per_launch"] / tk_us,
+        "launcher": launcher,
+        "python_dispatcher_over_tilekit": py_us / tk_us,
         "key_us": key_us - empty_us,
+        "native_key_us": native_key_us,
         "targets": {"tilekit_over_raw_argtypes <=": 1.3, "triton_over_tilekit >=": 2.5},
     }
     print(f"\ntilekit / raw (argtypes) = {summary['tilekit_over_raw_argtypes']:.2f} "
           "(target <= 1.3); tilekit / raw (no argtypes) = "
           f"{summary['tilekit_over_raw_no_argtypes']:.2f}; tilekit - raw cuLaunchKernelEx = "
-          f"{summary['tilekit_minus_raw_ex_us']:.2f} us (the Python fast path's own cost)")
+          f"{summary['tilekit_minus_raw_ex_us']:.2f} us (the fast path's own cost)")
+    print(f"python dispatcher / tilekit ({launcher}) = "
+          f"{summary['python_dispatcher_over_tilekit']:.2f}")
     if tri_us is not None:
         print(f"triton / tilekit = {summary['triton_over_tilekit']:.2f} (target >= 2.5)")
     print(f"slow path / fast path = {summary['slow_over_fast']:.1f}")
     print(f"\nthe fast path's key alone: {summary['key_us']:.3f} us per call "
-          f"({len(key_fn(x, y, N, BLOCK))} items)\n")
+          f"({len(key_fn(x, y, N, BLOCK))} items)" + (
+              "" if native_key_us is None else f"; the native launcher's: {native_key_us:.3f} us")
+          + "\n")
     print(common.format_table(["torch read", "us"], [[k, v] for k, v in attr_us.items()]))
     data = {"environment": env, "kernel": {"n": N, "block": BLOCK, "grid": grid},
             "results": results, "summary": summary, "torch_attribute_us": attr_us}

@@ -16,6 +16,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
+# The native launcher (tilekit/rt/_fastlaunch.c), built in place; without it the generated
+# Python dispatcher serves fast-path hits (`tilekit info` says which).
+python3 setup.py -q build_ext --inplace > "$OUT/build_ext.log" 2>&1 || \
+  echo "== native launcher not built (see build_ext.log): hits take the Python dispatcher"
 [ -f COMMIT ] && export TILEKIT_BENCH_COMMIT=$(cat COMMIT)  # a snapshot without history
 export PYTHONUNBUFFERED=1 TILEKIT_CACHE_DIR=/tmp/tk_cache HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-device}
 python3 - <<'PY'

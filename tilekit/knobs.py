@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -44,14 +43,18 @@ def _parse_paths(text: str) -> tuple[str, ...]:
     return tuple(part for part in text.split(os.pathsep) if part.strip())
 
 
-@dataclass(frozen=True)
 class Knob(Generic[T]):
-    """One environment variable: its name, parser, default and meaning."""
+    """One environment variable: its name, parser, default and meaning. (A plain class,
+    not a dataclass: ``import tilekit`` creates no dataclass it can do without, each
+    costs about half a millisecond.)"""
 
-    env: str
-    parse: Callable[[str], T]
-    default: T
-    doc: str
+    __slots__ = ("env", "parse", "default", "doc")
+
+    def __init__(self, env: str, parse: Callable[[str], T], default: T, doc: str) -> None:
+        self.env, self.parse, self.default, self.doc = env, parse, default, doc
+
+    def __repr__(self) -> str:
+        return f"Knob({self.env!r}, default={self.default!r})"
 
     def get(self) -> T:
         if self.env in _overrides:
@@ -130,8 +133,18 @@ PORTFOLIO: Knob[tuple[str, ...]] = Knob(
     "the first kernel is loaded for the GPU, as `tilekit.load_portfolio(path)` would.",
 )
 
+NATIVE_LAUNCH: Knob[bool] = Knob(
+    "TILEKIT_NATIVE_LAUNCH",
+    _parse_bool,
+    True,
+    "Serve the launch fast path's cache hits with the native launcher (the C extension "
+    "`tilekit.rt._fastlaunch`) when it is built; 0 keeps the generated Python dispatcher "
+    "(same hits, same packed bytes). Read when a kernel's dispatcher is built; "
+    "`tilekit info` says which one is active.",
+)
+
 ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR, JITTER,
-                              RECORD, PORTFOLIO)
+                              RECORD, PORTFOLIO, NATIVE_LAUNCH)
 
 _overrides: dict[str, Any] = {}
 

@@ -23,7 +23,6 @@ import enum
 import inspect
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tilekit.errors import LaunchError, SourceLoc, TraceError, user_loc
@@ -69,8 +68,7 @@ class Param(NamedTuple):
     default: Any
 
 
-@dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(NamedTuple):
     """A tensor argument's facts (its bucket): dtype, rank, index width (int32 when its
     span allows), whether its data pointer is 16-byte aligned, whether its last dim has
     unit stride (``unit_inner``), and whether every other stride is a multiple of 16

@@ -47,6 +47,23 @@ was captured with. A map the driver cannot encode raises: a miss, and the slow p
 the argument and the violated rules. Kernels without tensor maps keep the bare
 ``pack_into``: their hits do no work for this (the generated code is the same).
 
+**The native launcher.** When the C extension ``tilekit.rt._fastlaunch`` is built
+(``native_launch``; ``TILEKIT_NATIVE_LAUNCH=0`` turns it off) and ``cuLaunchKernelEx`` is
+a C function (libcuda's, or a test's ctypes callback), a dispatcher's ``call`` is a
+``_fastlaunch.Launcher`` instead of the generated ``_tk_call``: the same steps in C, reading
+the same torch attributes into the same key, on the same table (an entry's last item is its
+``_fastlaunch.Entry``: buffer, function and slot codes for C), writing the same bytes. It
+hands any call it does not handle to ``_tk_call`` unchanged (a *decline*: an odd call shape,
+a key not in the table, a value that is not a plain int where one is read), so which calls
+hit is the generated code's decision; after a table hit, what ``_tk_call`` would miss on (a
+grid past the limits, a value that does not fit its slot, a driver error) goes to
+``_fallback`` as there. A grid that is a function of the arguments (or a list, numpy ints)
+goes through ``_grid3``, ``stream=`` objects through ``stream_handle``, bfloat16 scalars
+through ``_bf16_bits``: Python calls made from C. Profiles with numpy scalars, and
+dispatchers with an entry packed by ``_map_packer`` (tensor maps), keep the generated
+function. The GIL is held from the key to the launch's return (the launch included), so
+two threads never write one entry's buffer at once.
+
 What it skips, by design: the ``TILEKIT_INTERPRET`` environment variable is read when a
 launch takes the slow path (``knobs.override(interpret=True)`` turns the fast path off
 while active); numpy, cupy and other arrays always take the slow path.
@@ -55,13 +72,12 @@ while active); numpy, cupy and other arrays always take the slow path.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import inspect
 import keyword
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -70,7 +86,7 @@ from tilekit.codegen.artifact import ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
-from tilekit.rt import tensor_maps
+from tilekit.rt import native_launch, tensor_maps
 from tilekit.rt.driver import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
 
 MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
@@ -189,8 +205,7 @@ TENSOR, INT, SCALAR, CONST = "tensor", "int", "scalar", "const"
 _BUILTINS = frozenset({"type", "len", "int", "tuple", "Exception", "None"})
 
 
-@dataclasses.dataclass(frozen=True)
-class ArgPlan:
+class ArgPlan(NamedTuple):  # NamedTuples: cheaper than dataclasses to create at import
     """How the fast path reads one parameter: ``kind`` is TENSOR (a torch tensor of type
     ``type`` and rank ``rank``), INT (an unannotated integer of type ``type``: whether it
     fits in int32 is keyed), SCALAR (a scalar of type ``type`` and fixed dtype; ``bf16``
@@ -203,8 +218,7 @@ class ArgPlan:
     bf16: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     args: tuple[ArgPlan, ...]
     stream_option: bool  # ``stream=`` is the launch's option (no parameter of that name)
 
@@ -218,7 +232,7 @@ def profile_of(kern: Any, spec: Specialization, bound: Mapping[str, Any]) -> Pro
     """The profile of a call that the slow path just launched, or None when the fast
     path cannot repeat it (an array that is not a torch tensor, an odd scalar)."""
     facts = dict(spec.args)
-    if {f.name for f in dataclasses.fields(TensorSpec)} != COVERED_TENSOR_FACTS:
+    if set(TensorSpec._fields) != COVERED_TENSOR_FACTS:
         return None  # the specialization grew a fact the key does not cover
     plans = []
     for param in kern.params:
@@ -353,7 +367,7 @@ def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str) -
         return "\n".join(lines) + "\n"
 
     b("(_tk_pack, _tk_buf, _tk_fh, _tk_params, _tk_threads, _tk_shared, _tk_mx, _tk_my, "
-      f"_tk_mz, _tk_check) = _tk_table[{', '.join(key)}]")
+      f"_tk_mz, _tk_check, _tk_native) = _tk_table[{', '.join(key)}]")
     # the grid: a 1-tuple or an int of range checked here; any other form (a function of
     # the arguments, 2 or 3 dims, numpy ints, a list, a value out of range) by _grid3
     meta = ", ".join(f"{n!r}: {n}" for n in names)
@@ -424,7 +438,9 @@ _UNSET = _Unset()
 
 class Dispatcher:
     """The fast path of one kernel for one profile: a key -> entry table and the
-    generated functions that read it. An entry is a tuple (see ``make_entry``)."""
+    generated functions that read it. An entry is a tuple (see ``make_entry``). ``call``
+    is what ``kern[grid]`` binds: the native launcher when it serves this profile
+    (``native``), else the generated ``python_call``."""
 
     def __init__(self, kern: Any, profile: Profile, current_stream: Callable[[int], int],
                  stream_handle: Callable[[Any, Any], int], launch_fn: Any,
@@ -448,6 +464,7 @@ class Dispatcher:
         for plan in profile.args:
             self.env[f"_tk_type_{plan.name}"] = plan.type
         self._params = [(p.name, p.kind) for p in kern.signature.parameters.values()]
+        self._native_ok = True  # False once an entry needs the Python pack (tensor maps)
         self._generate()
 
     def _generate(self, modes: tuple[str, ...] = (CALL, KEY)) -> None:
@@ -460,12 +477,51 @@ class Dispatcher:
         if CALL in modes:
             self.sources: dict[str, str] = {}
             # call(grid, *args, **kwargs): kern[grid] binds it to the grid (a method object)
-            self.call: Callable[..., None] = env["_tk_call"]
+            self.python_call: Callable[..., None] = env["_tk_call"]
             self.key_fn: Callable[..., tuple[Any, ...] | None] = env["_tk_key"]
             self._try_fn: Callable[..., Any] | None = None
+            self.native: Any = self._native_launcher()
+            self.call: Callable[..., None] = self.python_call if self.native is None else \
+                self.native
         else:
             self._try_fn = env["_tk_try"]
         self.sources.update(sources)
+
+    def _native_launcher(self) -> Any:
+        """A ``_fastlaunch.Launcher`` for this profile, or None: the extension is not built
+        or is off, ``cuLaunchKernelEx`` is no C function (a test's Python stand-in), the
+        profile has numpy scalars, or an entry needed the Python pack (tensor maps)."""
+        lib = native_launch.module()
+        launch = self.env["_tk_launch"]
+        address = native_launch.function_address(launch)
+        plans = self.profile.args
+        params = list(self.kern.signature.parameters.values())
+        if lib is None or address is None or not self._native_ok or \
+                [p.name for p in params] != [p.name for p in plans] or \
+                any(p.kind in (INT, SCALAR) and p.type not in (int, float, bool) or
+                    p.bf16 and p.kind != SCALAR for p in plans):
+            return None
+        kinds = {TENSOR: "T", INT: "I", SCALAR: "S", CONST: "C"}
+        index = {p.name: i for i, p in enumerate(plans)}
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        try:
+            return lib.Launcher(
+                names=tuple(p.name for p in plans),
+                kinds="".join("B" if p.bf16 else kinds[p.kind] for p in plans),
+                types=tuple(p.type for p in plans), ranks=tuple(p.rank for p in plans),
+                defaults=tuple(self.env.get(f"_tk_default_{p.name}", _UNSET) for p in plans),
+                nposonly=sum(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in params),
+                npositional=sum(p.kind in positional for p in params),
+                stream_option=self.profile.stream_option,
+                facts=tuple((index[name], dim, n) for name, dim, n in self.facts),
+                table=self.table, row_masks=_row_masks, overrides=knobs._overrides,
+                python_call=self.python_call, fallback=self._fallback,
+                current_stream=self.env["_tk_current_stream"],
+                stream_handle=self.env["_tk_stream_handle"], grid3=_grid3, bf16=_bf16_bits,
+                check_status=self.env["_tk_check_status"], unset=_UNSET, launch=launch,
+                launch_address=address)
+        except (ValueError, TypeError, OverflowError):  # beyond its limits (64 parameters...)
+            return None
 
     @property
     def try_fn(self) -> Callable[..., Any]:
@@ -483,6 +539,8 @@ class Dispatcher:
         if set(candidates) <= set(self.facts):
             return False
         self.facts = tuple(sorted(set(self.facts) | set(candidates)))
+        if self.native is not None:  # a kept kern[grid] may still call it
+            self.native.forget()
         self.table.clear()
         self.specs.clear()
         self._generate()
@@ -506,6 +564,10 @@ class Dispatcher:
         entry = make_entry(self.profile, loaded, spec)
         if entry is None:
             return False
+        if entry[-1] is None and self.native is not None:  # packed in Python (tensor maps)
+            self._native_ok = False
+            self.native = None
+            self.call = self.python_call
         self.table[key] = entry
         self.specs[key] = spec
         return True
@@ -540,11 +602,13 @@ def make_entry(profile: Profile, loaded: Any,
                spec: Specialization | None = None) -> tuple[Any, ...] | None:
     """What a hit needs of a loaded kernel, in the generated code's order: (pack, buffer,
     function, kernelParams, threads, shared bytes, grid limits x y z, the loaded kernel
-    when its status word must be read). The buffer is the launch configuration followed
-    by the slots, the status word written once. None when the kernel's slots are not in
-    the ABI's order (the slow path then serves it). A kernel with tensor maps needs the
-    variant's specialization ``spec`` (the element type of each map's tensor); its pack
-    is ``_map_packer``'s and its slots start 64-byte aligned."""
+    when its status word must be read, the native launcher's ``_fastlaunch.Entry`` of the
+    same buffer or None). The buffer is the launch configuration followed by the slots,
+    the status word written once. None when the kernel's slots are not in the ABI's order
+    (the slow path then serves it). A kernel with tensor maps needs the variant's
+    specialization ``spec`` (the element type of each map's tensor); its pack is
+    ``_map_packer``'s and its slots start 64-byte aligned (the native launcher leaves it
+    to the generated function)."""
     compiled = loaded.compiled
     if compiled.prints:  # the slow path synchronizes to flush tk.device_print's output
         return None
@@ -572,9 +636,28 @@ def make_entry(profile: Profile, loaded: Any,
     base = ctypes.addressof(buffer) + CONFIG_BYTES
     params = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
     mx, my, mz = loaded.props.max_grid
+    native = None if maps else _native_entry(loaded, buffer, params, types[:-1], offsets[:-1])
     return (pack, buffer, ctypes.c_void_p(loaded.function.handle),
             params, compiled.block_threads, compiled.shared_bytes, mx, my, mz,
-            loaded if compiled.asserts else None)
+            loaded if compiled.asserts else None, native)
+
+
+def _native_entry(loaded: Any, buffer: Any, params: Any, types: Sequence[str],
+                  offsets: Sequence[int]) -> Any:
+    """The entry as the native launcher reads it (the same buffer and parameter array;
+    each per-call slot's struct code and offset), or None without the extension."""
+    lib = native_launch.module()
+    if lib is None:
+        return None
+    compiled = loaded.compiled
+    try:
+        return lib.Entry(buffer=buffer, function=loaded.function.handle, params=params,
+                         threads=compiled.block_threads, shared=compiled.shared_bytes,
+                         limits=tuple(loaded.props.max_grid),
+                         codes="".join(SLOT_FORMATS[t] for t in types).encode(),
+                         offsets=tuple(CONFIG_BYTES + o for o in offsets))
+    except (ValueError, TypeError, OverflowError):  # the Python pack serves it
+        return None
 
 
 # (the map's spec, the index of its tensor's pointer among the packed values, its rank)
