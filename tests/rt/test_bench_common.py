@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-import common  # noqa: E402
+# As a package: bench/ itself on sys.path would make its matmul.py shadow examples/matmul.py
+# for every later `import matmul` in the run (tests/lang/test_examples.py).
+from bench import common  # noqa: E402
 
 
 def test_format_table() -> None:
@@ -35,7 +38,7 @@ def test_environment_header() -> None:
     assert {"date", "python", "tilekit_commit", "torch", "triton"} <= set(env)
 
 
-@pytest.mark.parametrize("bench", ["dispatch.py", "compile.py"])
+@pytest.mark.parametrize("bench", ["dispatch.py", "compile.py", "matmul.py"])
 def test_benches_say_why_without_a_gpu(bench: str) -> None:
     try:
         import torch
