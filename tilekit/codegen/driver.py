@@ -34,15 +34,38 @@ def _target_machine(target: Target):
         reloc="pic" if target.vendor == "amdgpu" else "default")
 
 
+# A row kernel (softmax, norms: every large tile it moves is one row) wants about this
+# many bytes of its largest row per thread: 8 loads of 16 bytes in flight. Measured on
+# the H100 (bench/RESULTS.md, "Warps for row kernels"): bf16 rows of 4097 reached 0.93-0.95
+# of copy bandwidth on 2 warps against 0.82-0.91 on 4; f32 rows of 8192, 0.98 on 8.
+_ROW_BYTES_PER_THREAD = 128
+
+
 def default_num_warps(module: Module) -> int:
-    """Four warps; eight for kernels whose largest tile has 8192 elements or more."""
+    """Row kernels (no dot, no pipeline, every tile of 4096 elements or more it loads or
+    stores is a single row): 2 to 8 warps, so that each thread moves about
+    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row. Other kernels: four warps; eight
+    when their largest tile has 8192 elements or more."""
+    import math
+
     from tilekit.ir.types import TileType
 
-    largest = 1
+    largest, row_bytes, rows_only = 1, 0, True
     for op in module.walk():
+        if op.name in ("dot", "pipeline"):
+            rows_only = False
         for r in op.results:
             if isinstance(r.type, TileType):
                 largest = max(largest, r.type.numel)
+        if op.name in ("tile_load", "tile_store"):
+            shape = op.attrs["shape"]
+            n = math.prod(shape)
+            if n >= 4096:
+                rows_only = rows_only and all(d == 1 for d in shape[:-1])
+                row_bytes = max(row_bytes, n * op.operands[0].type.dtype.itemsize)
+    if rows_only and row_bytes:
+        warps = row_bytes / (_ROW_BYTES_PER_THREAD * 32)
+        return min(8, max(2, 2 ** round(math.log2(warps))))
     return 8 if largest >= 8192 else 4
 
 
