@@ -74,6 +74,11 @@ store's wait) are named barriers of the running role's threads (``bar.sync 1`` c
 
 ``smem_read`` and ``smem_write`` move a stage in the tile's layout with the widest shared
 accesses it allows (``ld.shared.v4``/``st.shared.v4`` for 16-byte runs along the row).
+A stage the schedule laid out for a ``tk.dot`` (a ``ChunkSwizzle`` from
+``mma_sync.stage_read``, the ring type's ``layout``) is written by cp.async chunk by chunk
+through the swizzle, and its ``smem_read`` carries the plan (``read``) that ``ldmatrix``
+follows into the dot's fragment layout (``lower_mma.read_stage``); any other read or write
+of such a stage goes through the swizzle element by element or in 16-byte vectors.
 ``copy_s2g`` is a TMA bulk store plus ``cp.async.bulk.commit_group``; ``store_wait`` is
 ``cp.async.bulk.wait_group.read 0`` in the elected thread, then a barrier of the role, so
 that no thread rewrites the stage while it is read. A pipeline's copies do not order
@@ -115,6 +120,7 @@ from tilekit.ir.core import Block, Function, Operation, Value
 from tilekit.ir.dtypes import DType
 from tilekit.ir.opdef import Effect
 from tilekit.ir.types import SharedType, TileType
+from tilekit.layout.mma_sync import ChunkSwizzle, StagedOperand
 from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
 
 #: Every stage starts on this boundary (the planner's, TMA's destination alignment).
@@ -405,6 +411,16 @@ class BarrierRing:
         return L.shared_at(off, I64)
 
 
+def _swizzle(t: SharedType) -> ChunkSwizzle | None:
+    """The stage's chunk swizzle (a 16-bit 2-D tile laid out for ``ldmatrix``), or None
+    when the stage is row-major."""
+    sw = t.layout
+    if isinstance(sw, ChunkSwizzle) and len(t.shape) == 2 and t.dtype.itemsize == 2 \
+            and (sw.rows, sw.cols) == tuple(t.shape):
+        return sw
+    return None
+
+
 def _scalar32(L: KernelLowering, v: Value) -> ir.Value:
     """An integer scalar operand as i32 (stage and barrier indices, parities)."""
     x = L.regs(v)[0]
@@ -542,9 +558,9 @@ def _pipeline(L: KernelLowering, op: Operation) -> None:
 def _smem_alloc(L: KernelLowering, op: Operation) -> None:
     t = op.result.type
     assert isinstance(t, SharedType)
-    if t.layout is not None:
-        raise LoweringError("swizzled pipeline stages are not lowered yet (stages are "
-                            "row-major)", op.loc)
+    if t.layout is not None and _swizzle(t) is None:
+        raise LoweringError(f"pipeline stages laid out as {t.layout!r} are not lowered (stages "
+                            "are row-major or a 16-bit tile's ChunkSwizzle)", op.loc)
     offset = op.attrs.get("offset", 0)
     stage = op.attrs.get("stage_bytes", _round_up(t.slot_bytes, STAGE_ALIGN))
     end = offset + t.stages * stage
@@ -668,10 +684,13 @@ def _copy_g2s(L: KernelLowering, op: Operation) -> None:
     engine = op.attrs["engine"]
     ring = _ring(L, op.operand("dst"))
     stage = ring.stage(L, _scalar32(L, op.operand("slot")))
+    if ring.type.layout is not None and engine != "cp_async":
+        raise LoweringError(f"internal: a {engine} copy into a swizzled stage (the schedule "
+                            "gives swizzled stages cp.async copies)", op.loc)
     if engine == "tma":
         _tma_load(L, op, stage)
     elif engine == "cp_async":
-        _cp_async(L, op, stage)
+        _cp_async(L, op, ring, stage)
     elif engine == "plain":
         lay = op.attrs.get("staging_layout")
         if not isinstance(lay, TileLayout):
@@ -717,9 +736,11 @@ def _tma_load(L: KernelLowering, op: Operation, stage: ir.Value) -> None:
                 ir.Constant(I1, 0), c32(0)])
 
 
-def _cp_async(L: KernelLowering, op: Operation, stage: ir.Value) -> None:
+def _cp_async(L: KernelLowering, op: Operation, ring: Ring, stage: ir.Value) -> None:
     """Thread ``t`` copies chunks ``t, t + T, ...`` of the row-major tile; each chunk is
-    ``vector_bytes`` consecutive bytes of one row, zero-filled past the tensor's edge."""
+    ``vector_bytes`` consecutive bytes of one row, zero-filled past the tensor's edge, and
+    lands at its row-major place in the stage, or where the stage's ``ChunkSwizzle`` puts
+    it (a stage laid out for ``ldmatrix``)."""
     from tilekit.codegen.lower_memory import _to_i64
 
     b = L.b
@@ -752,15 +773,20 @@ def _cp_async(L: KernelLowering, op: Operation, stage: ir.Value) -> None:
     name = f"llvm.nvvm.cp.async.{'cg' if vb == 16 else 'ca'}.shared.global.{vb}.s"
     zero = ir.Constant(I64, 0)
     threads = L.threads
+    from tilekit.codegen.lower_mma import swizzled_offset
+
+    swizzle = _swizzle(ring.type)
 
     def issue(c: ir.Value) -> None:
         e = b.mul(c, c32(per)) if per > 1 else c
         offset, conds = None, []
         last = None
+        coords = []
         for d in range(rank):
             coord = b.udiv(e, c32(inner[d])) if inner[d] > 1 else e
             if d > 0:
                 coord = b.urem(coord, c32(shape[d]))
+            coords.append(coord)
             g = b.add(starts[d], b.zext(coord, I64))
             term = b.mul(g, strides[d])
             offset = term if offset is None else b.add(offset, term)
@@ -782,7 +808,11 @@ def _cp_async(L: KernelLowering, op: Operation, stage: ir.Value) -> None:
         addr = b.add(t.base, b.mul(offset, ir.Constant(I64, size)))
         addr = b.select(b.icmp_unsigned("!=", nbytes, c32(0)), addr, t.base)  # nothing read
         src = b.inttoptr(addr, ir.PointerType(I8, L.vendor.global_addrspace))
-        dst = L.shared_at(b.add(stage, b.mul(c, c32(vb))), I8)
+        if swizzle is None:
+            at = b.mul(c, c32(vb))  # row-major: chunk c at c * vb
+        else:  # the chunk's 16-byte block where the swizzle puts it (chunks never straddle)
+            at = b.shl(swizzled_offset(b, swizzle, coords[0], coords[1]), c32(1))
+        dst = L.shared_at(b.add(stage, at), I8)
         call(b, name, ir.VoidType(), [dst, src, nbytes])
 
     for k in range(-(-nchunks // threads)):
@@ -814,7 +844,8 @@ def _stage_groups(L: KernelLowering, lay: TileLayout, ring: Ring, itemsize: int
             lay.may_wrap(r, d) for r in g for d in range(rank))
         if vec:
             d = lay.dims[rank - 1]
-            vec = (ring.offset % nbytes == 0 and ring.stage_bytes % nbytes == 0
+            vec = ((ring.type.layout is None or nbytes <= 16)  # a swizzle moves 16-byte chunks
+                   and ring.offset % nbytes == 0 and ring.stage_bytes % nbytes == 0
                    and all(math.prod(lay.shape[k + 1:]) * itemsize % nbytes == 0
                            for k in range(rank - 1) if lay.shape[k] > 1)
                    and d.offsets[g[0]] % width == 0
@@ -826,9 +857,17 @@ def _stage_groups(L: KernelLowering, lay: TileLayout, ring: Ring, itemsize: int
     return out
 
 
-def _stage_address(L: KernelLowering, lay: TileLayout, stage: ir.Value, reg: int,
+def _stage_address(L: KernelLowering, ring: Ring, lay: TileLayout, stage: ir.Value, reg: int,
                    itemsize: int, ty: ir.Type) -> ir.Value:
-    return L.shared_at(L.b.add(stage, L.b.mul(L.flat_index(lay, reg), c32(itemsize))), ty)
+    """Register ``reg``'s element in the stage: row-major, or through the stage's swizzle."""
+    swizzle = _swizzle(ring.type)
+    if swizzle is None:
+        index = L.flat_index(lay, reg)
+    else:
+        from tilekit.codegen.lower_mma import swizzled_offset
+
+        index = swizzled_offset(L.b, swizzle, L.coord(lay, reg, 0), L.coord(lay, reg, 1))
+    return L.shared_at(L.b.add(stage, L.b.mul(index, c32(itemsize))), ty)
 
 
 def _store_stage(L: KernelLowering, ring: Ring, stage: ir.Value, lay: TileLayout, dt: DType,
@@ -842,10 +881,10 @@ def _store_stage(L: KernelLowering, ring: Ring, stage: ir.Value, lay: TileLayout
     size = max(1, dt.itemsize)
     for g, vec in _stage_groups(L, lay, ring, size):
         if vec:
-            ptr = _stage_address(L, lay, stage, g[0], size, ir.VectorType(mem, len(g)))
+            ptr = _stage_address(L, ring, lay, stage, g[0], size, ir.VectorType(mem, len(g)))
             b.store(pack(L, dt, [regs[r] for r in g]), ptr, align=len(g) * size)
         else:
-            ptr = _stage_address(L, lay, stage, g[0], size, mem)
+            ptr = _stage_address(L, ring, lay, stage, g[0], size, mem)
             b.store(S.to_memory(b, regs[g[0]], dt), ptr, align=size)
 
 
@@ -859,10 +898,10 @@ def _load_stage(L: KernelLowering, ring: Ring, stage: ir.Value, lay: TileLayout,
     out: list[ir.Value] = [None] * lay.num_regs  # type: ignore[list-item]
     for g, vec in _stage_groups(L, lay, ring, size):
         if vec:
-            ptr = _stage_address(L, lay, stage, g[0], size, ir.VectorType(mem, len(g)))
+            ptr = _stage_address(L, ring, lay, stage, g[0], size, ir.VectorType(mem, len(g)))
             values = unpack(L, dt, b.load(ptr, align=len(g) * size), len(g))
         else:
-            ptr = _stage_address(L, lay, stage, g[0], size, mem)
+            ptr = _stage_address(L, ring, lay, stage, g[0], size, mem)
             values = [S.from_memory(b, b.load(ptr, align=size), dt)]
         for r, v in zip(g, values):
             out[r] = v
@@ -874,7 +913,18 @@ def _smem_read(L: KernelLowering, op: Operation) -> None:
     _jitter(L)
     ring = _ring(L, op.operand("src"))
     stage = ring.stage(L, _scalar32(L, op.operand("slot")))
-    L.define(op.result, _load_stage(L, ring, stage, layout_of(op.result), ring.type.dtype))
+    plan = op.attrs.get("read")
+    if plan is None:
+        L.define(op.result, _load_stage(L, ring, stage, layout_of(op.result), ring.type.dtype))
+        return
+    # A stage laid out for a dot: ldmatrix straight into the fragment layout (the plan's).
+    from tilekit.codegen.lower_mma import read_stage
+
+    if not isinstance(plan, StagedOperand) or plan.swizzle != _swizzle(ring.type) \
+            or plan.operand is not getattr(layout_of(op.result).encoding, "operand", None):
+        raise LoweringError("internal: a stage read by ldmatrix does not match its ring's "
+                            "layout", op.loc)
+    L.define(op.result, read_stage(L, plan, layout_of(op.result), ring.type.dtype, stage))
 
 
 @rule("smem_write")

@@ -11,13 +11,17 @@ per fragment repeat, k-step by k-step, each lane addressing the row the plan fit
 The staged tiles share the scratch area with conversions and reductions, A first, B at the
 next 128-byte boundary.
 
+An operand read from a pipeline stage laid out for it (``mma_sync.stage_read``) arrives in
+its fragment layout: ``read_stage`` (the ``smem_read`` of ``lower_async``) loads it with the
+same ``ldmatrix``es straight from the stage, and the dot takes it from registers.
+
 ldmatrix and mma are NVVM intrinsics (``llvm.nvvm.ldmatrix.*``, ``llvm.nvvm.mma.*``), which
 LLVM knows to be convergent, like the barriers and shuffles of ``nvptx``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
@@ -46,7 +50,7 @@ from tilekit.layout.tile_layouts import TileLayout
 
 F32 = ir.FloatType()
 
-__all__ = ["lane_part", "lower_mma_dot", "row_offset", "swizzled_offset"]
+__all__ = ["lane_part", "lower_mma_dot", "read_stage", "row_offset", "swizzled_offset"]
 
 
 def lower_mma_dot(L: KernelLowering, op: Operation, plan: MmaSyncPlan) -> None:
@@ -143,8 +147,10 @@ def _fragments(L: KernelLowering, staged: StagedOperand | None, value, layout: T
                         for i in range(0, len(elems), 2)]
         return out
     words_per_rep = 4 if staged.name == "A" else 2
+    base = bases[staged.name]
     for read in staged.reads[ks]:
-        words = _ldmatrix(L, staged, read, bases[staged.name])
+        words = _ldmatrix(L, staged, read,
+                          lambda off, ty: L.smem_ptr(L.b.add(c32(base), off), ty))
         for (rep, i), w in zip(read.words, words):
             out.setdefault(rep, [None] * words_per_rep)[i] = w
     return out
@@ -157,14 +163,37 @@ def _pack_word(b: ir.IRBuilder, dt: DType, lo: ir.Value, hi: ir.Value) -> ir.Val
     return b.bitcast(pair, I32)
 
 
-def _ldmatrix(L: KernelLowering, staged: StagedOperand, read: LdmatrixRead, base: int
-              ) -> list[ir.Value]:
+def read_stage(L: KernelLowering, staged: StagedOperand, layout: TileLayout, dt: DType,
+               stage: ir.Value) -> list[ir.Value]:
+    """The registers of ``layout`` (the fragment layout ``staged`` reads, from
+    ``mma_sync.stage_read``) loaded by ``ldmatrix`` from the pipeline stage at byte offset
+    ``stage`` of dynamic shared memory, every k-step's reads one after the other; each
+    32-bit word is the pair of 16-bit registers it holds (the dot packs them back)."""
+    b = L.b
+    regs: list[ir.Value | None] = [None] * layout.num_regs
+    pair = ir.VectorType(S.llvm_type(dt), 2)
+    for step in staged.reads:
+        for read in step:
+            words = _ldmatrix(L, staged, read, lambda off, ty: L.shared_at(b.add(stage, off), ty))
+            for (rep, i), w in zip(read.words, words):
+                both = b.bitcast(w, pair)
+                first = rep_registers(layout, rep)[2 * i]
+                regs[first] = b.extract_element(both, c32(0))
+                regs[first + 1] = b.extract_element(both, c32(1))
+    if any(r is None for r in regs):
+        raise LoweringError("internal: the ldmatrix reads of a stage miss fragment registers")
+    return regs  # type: ignore[return-value]
+
+
+def _ldmatrix(L: KernelLowering, staged: StagedOperand, read: LdmatrixRead,
+              pointer: Callable[[ir.Value, ir.Type], ir.Value]) -> list[ir.Value]:
+    """One ldmatrix; ``pointer(byte offset in the tile, type)`` is the shared address."""
     b = L.b
     lane = L.in_prologue(("ldmatrix lane", read.lane_steps),
                          lambda pb: lane_part(pb, L.lane, read.lane_steps))
     warp = tuple(L.term("warp", t) for t in staged.warp_terms)
     offset = row_offset(b, staged, read, lane, warp)
-    ptr = L.smem_ptr(b.add(c32(base), b.shl(offset, c32(1))), ir.IntType(16))
+    ptr = pointer(b.shl(offset, c32(1)), ir.IntType(16))
     name = (f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{read.count}"
             f"{'.trans' if staged.trans else ''}.b16")
     result = call(b, name, ir.LiteralStructType([I32] * read.count), [ptr])

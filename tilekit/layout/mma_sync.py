@@ -21,6 +21,13 @@ Pure layout math; ``tilekit.codegen.lower_mma`` emits what a plan says and decid
   stores, ldmatrix rows); the plan then counts both sides' wavefronts on the real tile
   with ``banks.count_wavefronts_each`` and searches the XOR family itself when the model's
   choice is not conflict-free there.
+* **Stages read in place** (``stage_read``). A pipeline stage that a copy engine fills
+  (``tk.pipeline``) is a row-major tile, so its memory row is the operand's dim 1 (A: K,
+  ``ldmatrix``; B: N, ``ldmatrix.trans``). When the stage's only reader is a dot, the
+  schedule asks ``stage_read`` for the ``ChunkSwizzle`` to fill it in, chosen as above with
+  the copy's writes (consecutive 16-byte chunks by consecutive threads, the tile's
+  ``default_blocked`` layout) in place of register stores; ``ldmatrix`` then reads the
+  fragments straight from the stage, with no stores and no barrier of the dot's own.
 * **Checks.** Each read is simulated element by element against the PTX ISA's ldmatrix
   semantics: every lane must receive exactly the elements of its fragment registers
   (``LayoutError`` otherwise, before any code exists).
@@ -42,6 +49,7 @@ from tilekit.layout.tile_layouts import (
     MmaOperand,
     ThreadTerm,
     TileLayout,
+    default_blocked,
 )
 
 if TYPE_CHECKING:  # the bank models are imported when a dot is planned, not with the pass
@@ -58,6 +66,7 @@ __all__ = [
     "mma_sync_misfit",
     "plan_mma_sync",
     "stage_operand",
+    "stage_read",
     "warp_grid",
 ]
 
@@ -222,6 +231,7 @@ class StagedOperand:
     warp_terms: tuple[ThreadTerm, ThreadTerm]  # memory (row, col) parts of the warp id
     wavefronts: tuple[int, int, int, int]  # stores, their ideal, reads, their ideal
     how: str
+    in_place: bool = False  # a pipeline stage read where the copy put it (``stage_read``)
 
     @property
     def name(self) -> str:
@@ -240,9 +250,17 @@ class StagedOperand:
         """Operand (dim 0, dim 1) coordinates as memory (row, col)."""
         return coords if self.contiguous == 1 else (coords[1], coords[0])
 
+    def __repr__(self) -> str:
+        return self.describe()
+
     def describe(self) -> str:
         store, store_ideal, read, read_ideal = self.wavefronts
         x = "x4/x2" if any(r.count == 2 for rs in self.reads for r in rs) else "x4"
+        if self.in_place:
+            return (f"{self.name} read in place from its pipeline stage, ldmatrix.{x}"
+                    f"{'.trans' if self.trans else ''}, {self.swizzle.describe()} ({self.how}), "
+                    f"written in 16-byte chunks; wavefronts: chunk writes {store}/{store_ideal}, "
+                    f"reads {read}/{read_ideal}")
         return (f"{self.name} staged, ldmatrix.{x}{'.trans' if self.trans else ''}, "
                 f"{self.swizzle.describe()} ({self.how}), {2 * self.store_width}-byte stores; "
                 f"wavefronts: stores {store}/{store_ideal}, reads {read}/{read_ideal}")
@@ -269,6 +287,8 @@ class MmaSyncPlan:
     a: StagedOperand | None
     b: StagedOperand | None
     steps: tuple[tuple[MmaStep, ...], ...]
+    # Operands whose registers a pipeline stage's in-place read (``stage_read``) filled
+    from_stage: tuple[bool, bool] = (False, False)
 
     @property
     def warps(self) -> tuple[int, int]:
@@ -282,8 +302,11 @@ class MmaSyncPlan:
         count = sum(len(s) for s in self.steps)
         parts = [f"mma.sync.m16n8k16 {self.inputs.short} {m}x{n}x{k}, warps {wm}x{wn}, "
                  f"{count} mma per warp"]
-        for name, staged in (("A", self.a), ("B", self.b)):
-            parts.append(staged.describe() if staged is not None else f"{name} from registers")
+        for name, staged, stage in (("A", self.a, self.from_stage[0]),
+                                    ("B", self.b, self.from_stage[1])):
+            parts.append(staged.describe() if staged is not None else
+                         f"{name} from registers" + (" (ldmatrix from its pipeline stage)"
+                                                     if stage else ""))
         return "; ".join(parts)
 
     def __repr__(self) -> str:
@@ -298,7 +321,8 @@ def rep_registers(layout: TileLayout, rep: int) -> range:
 
 
 def plan_mma_sync(inputs: DType, acc: TileLayout, a_layout: TileLayout, b_layout: TileLayout,
-                  a: StagedOperand | None, b: StagedOperand | None) -> MmaSyncPlan:
+                  a: StagedOperand | None, b: StagedOperand | None,
+                  from_stage: tuple[bool, bool] = (False, False)) -> MmaSyncPlan:
     """The instructions of ``acc += a @ b`` on the layouts of ``mma_layouts``."""
     enc = acc.encoding
     assert isinstance(enc, MmaEncoding)
@@ -313,7 +337,7 @@ def plan_mma_sync(inputs: DType, acc: TileLayout, a_layout: TileLayout, b_layout
                 row.append(MmaStep((first, first + 1, first + 2, first + 3),
                                    rm * reps_k + ks, rn * reps_k + ks))
         steps.append(tuple(row))
-    return MmaSyncPlan(inputs, acc, a_layout, b_layout, a, b, tuple(steps))
+    return MmaSyncPlan(inputs, acc, a_layout, b_layout, a, b, tuple(steps), from_stage)
 
 
 # --- staging an operand ----------------------------------------------------------------------
@@ -339,6 +363,22 @@ def stage_operand(registers: TileLayout, fragment: TileLayout, target: Target
             best = staged
     assert best is not None
     return best
+
+
+@lru_cache(maxsize=256)
+def stage_read(fragment: TileLayout, target: Target) -> StagedOperand:
+    """How ``ldmatrix`` reads the ``fragment`` layout (an A or B ``MmaEncoding``) from a
+    pipeline stage that a copy engine fills row-major in 16-byte chunks: the stage's
+    ``ChunkSwizzle`` (the copy writes it) and the reads (module docstring). The same
+    fragment always gets the same answer, so the schedule, which fills the stage, and the
+    layout pass, which reads it, agree. ``LayoutError`` when no read fits."""
+    from dataclasses import replace
+
+    enc = fragment.encoding
+    if not isinstance(enc, MmaEncoding) or enc.operand is MmaOperand.ACC:
+        raise LayoutError(f"{fragment} is not an mma operand layout")
+    writes = default_blocked(fragment.shape, fragment.num_warps, 32, 2)
+    return replace(_stage(writes, fragment, 1, target), in_place=True)
 
 
 def _rank(s: StagedOperand) -> tuple[int, int]:

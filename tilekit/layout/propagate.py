@@ -24,9 +24,12 @@ specialized IR, before code generation, in three steps:
    (F2) layouts, and a shared-memory staging otherwise.
 
 Scheduled pipelines (``tilekit.sched``): a stage read into registers (``smem_read``) is
-anchored like a tile load, a tile written into a stage (``smem_write``) like a tile store,
-and a ``plain`` copy's staging load gets the same anchor as its ``staging_layout``
-attribute (it has no result to carry it). ``warp_roles``' producer region is laid out for
+anchored like a tile load, unless the schedule laid the stage out for the ``dot`` that is
+its only reader: the read then gives the dot's fragment layout by ``ldmatrix`` (its plan in
+the op's ``read`` attribute) and the dot takes the operand from registers. A tile written
+into a stage (``smem_write``) is anchored like a tile store, and a ``plain`` copy's staging
+load gets the same anchor as its ``staging_layout`` attribute (it has no result to carry
+it). ``warp_roles``' producer region is laid out for
 its ``producer_warps``; everything else for the options' warps (the consumer warps).
 Tokens and rings carry no layout. An unscheduled ``pipeline`` is laid out as the loop it
 means (its tiles anchored like tile loads); code generation lowers only scheduled ones.
@@ -200,9 +203,13 @@ class _Assigner:
         return self.default(shape, self.narrowest.get(shape, 4))
 
     def survey(self, fn) -> None:
-        """The narrowest element size of the memory ops of each tile shape."""
+        """The narrowest element size of the memory ops of each tile shape, and every
+        value's uses (op, operand slot)."""
         self.narrowest: dict[tuple[int, ...], int] = {}
+        self.uses: dict[int, list[tuple[Operation, str]]] = {}
         for op in fn.walk():
+            for slot, v in zip(op.slots, op.operands):
+                self.uses.setdefault(id(v), []).append((op, slot))
             if op.name in MEMORY or op.name in TILE_MEMORY:
                 shape = _memory_shape(op)
                 size = _memory_dtype(op).itemsize
@@ -385,7 +392,9 @@ class _Assigner:
                 self.require_slot(op, slot, lay)
             for r in op.results:
                 self.set(r, lay)
-        elif name in ("tile_load", "smem_read"):
+        elif name == "smem_read":
+            self.set(op.result, self.read_in_place(op) or self.anchor(op))
+        elif name == "tile_load":
             self.set(op.result, self.anchor(op))
         elif name in ("tile_store", "smem_write"):
             self.require_slot(op, "value", self.anchor(op))
@@ -488,6 +497,37 @@ class _Assigner:
         else:
             raise NotImplementedError(f"layout assignment has no rule for `{name}`")
 
+    def read_in_place(self, op: Operation) -> TileLayout | None:
+        """For a read of a stage the schedule laid out for a dot (its ring's layout is a
+        ``mma_sync.stage_read`` swizzle): the dot's fragment layout, when every use of the
+        tile is that operand of dots on mma.sync and the library's read of the fragment
+        uses that very swizzle. The read plan goes to the op's ``read`` attribute (code
+        generation emits its ``ldmatrix``es); None otherwise (the tile is read into its
+        anchor layout, through the stage's swizzle)."""
+        from tilekit.layout import banks
+        from tilekit.layout.mma_sync import stage_read
+
+        ring = op.operand("src").type
+        uses = self.uses.get(id(op.result), [])
+        if not isinstance(ring, SharedType) or ring.layout is None or not uses:
+            return None
+        wants = set()
+        for user, slot in uses:
+            if user.name != "dot" or slot not in ("a", "b"):
+                return None
+            fit = self.dot_fit(user)
+            if isinstance(fit, FmaPath):
+                return None
+            wants.add(fit[1] if slot == "a" else fit[2])
+        if len(wants) != 1:
+            return None
+        want = wants.pop()
+        plan = stage_read(want, banks.target(self.o.bank_target))
+        if plan.swizzle != ring.layout:
+            return None
+        op.attrs["read"] = plan
+        return want
+
     def assign_mma(self, op: Operation, acc: TileLayout, a: TileLayout, b: TileLayout) -> None:
         """The accumulator in the instruction's layout; each operand from registers when it
         is in (or renames or shuffles into) its fragment layout, else staged through shared
@@ -498,7 +538,12 @@ class _Assigner:
 
         self.require_slot(op, "acc", acc)
         staged = []
+        from_stage = []
         for slot, want in (("a", a), ("b", b)):
+            v = op.operand(slot)
+            owner = getattr(v, "owner", None)  # op results have one, block arguments not
+            from_stage.append(owner is not None and owner.name == "smem_read"
+                              and "read" in owner.attrs and self.layout(v) == want)
             have = self.layout(op.operand(slot))
             if have != want and isinstance(have.encoding, MmaEncoding) \
                     and not plan_tile_conversion(have, want).staged:
@@ -506,7 +551,8 @@ class _Assigner:
                 have = want
             staged.append(None if have == want else
                           stage_operand(have, want, banks.target(self.o.bank_target)))
-        op.attrs["path"] = plan_mma_sync(op.operand("a").type.dtype, acc, a, b, *staged)
+        op.attrs["path"] = plan_mma_sync(op.operand("a").type.dtype, acc, a, b, *staged,
+                                         from_stage=(from_stage[0], from_stage[1]))
         self.set(op.result, acc)
 
     def carried_layout(self, value: Value) -> TileLayout | None:

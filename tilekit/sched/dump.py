@@ -1,7 +1,8 @@
 """``TILEKIT_DUMP=sched``: the schedule of every pipeline, in words, then the scheduled IR.
 
 For each pipeline: the user's line, the stage count, the warp roles, per stream the engine
-(and, when a faster one was refused, each rule's name and message), and the shared-memory
+(and, when a faster one was refused, each rule's name and message; for a stage a ``tk.dot``
+reads in place, its swizzle and ldmatrix reads, or why it is not), and the shared-memory
 plan (every ring's and barrier ring's offset and bytes, the function's total against the
 target's limit).
 """
@@ -65,6 +66,11 @@ def format_report(report: ScheduleReport) -> str:
         edge = "edge tiles guarded" if s.guarded else "no edge tiles (divisible)"
         lines.append(f"  stream {s.index}: {s.tensor} {dims}x{s.dtype.short} along {s.axis}: "
                      f"{s.engine} ({how}{extra}); {edge}")
+        if s.feeds is not None:
+            lines.append(f"    stage read in place by tk.dot: {s.feeds.describe()}")
+        elif s.feed_note:
+            lines.append(f"    stage read into registers (only tk.dot reads it, but "
+                         f"{s.feed_note})")
         for engine in Engine:
             rejected = s.decision.rejected(engine)
             if not rejected or engine is s.engine and not s.decision.forced:

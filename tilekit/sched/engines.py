@@ -61,6 +61,8 @@ class EngineRule(enum.Enum):
     CP_ASYNC_ARCH = "cp.async needs sm_80 or newer"
     CP_ASYNC_CHUNK = "no 16-, 8- or 4-byte cp.async chunk is possible under the bucket's facts"
     NONZERO_PADDING = "only plain loads fill the tiles' edges with a value other than 0"
+    SWIZZLED_STAGE = "the stage feeds tk.dot's ldmatrix in a chunk-swizzled layout, which " \
+                     "cp.async writes chunk by chunk; TMA's swizzle modes are not wired to it yet"
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tilekit.errors import SourceLoc
 from tilekit.ir.dtypes import DType
 from tilekit.sched.engines import Engine, EngineDecision, Rejection
 from tilekit.sched.smem_plan import Placement
+
+if TYPE_CHECKING:
+    from tilekit.layout.mma_sync import StagedOperand
 
 
 class RoleMode(enum.Enum):
@@ -52,6 +56,10 @@ class StreamReport:
     decision: EngineDecision
     tile_bytes: int
     guarded: bool  # edge tiles may cross the tensor's edge (no divisibility fact)
+    # The stage is laid out for a tk.dot's ldmatrix and read in place (``mma_sync.stage_read``)
+    feeds: StagedOperand | None = None
+    # Why a stream whose tiles only a dot reads is not read in place ("" otherwise)
+    feed_note: str = ""
 
     @property
     def engine(self) -> Engine:

@@ -16,6 +16,18 @@ the scheduled IR through ``tilekit.ir.async_protocol``, which checks every rule 
 protocol; ``tilekit.sched.protocol`` checks it without data). Every generated op carries the
 pipeline's source location, so an error about it names the user's line.
 
+Stages read by ``tk.dot``. A stream whose tiles only ``tk.dot``s read, as the same operand,
+on mma.sync, gets a stage laid out for the dot's ``ldmatrix``: the layout library
+(``tilekit.layout.mma_sync.stage_read``) gives a ``ChunkSwizzle``, which becomes the ring's
+``layout`` and which cp.async writes chunk by chunk; the layout pass then turns the stage's
+``smem_read`` into the dot's ``ldmatrix``es, so the operand never goes through registers
+into shared memory again. The consumer's release after its reads is unchanged (ldmatrix
+results are in registers once it returns), so the copy of stage ``i + S - 1`` overlaps the
+mma of stage ``i``. TMA would need its swizzle modes matched to the chunk swizzle, which is
+not wired yet: a TMA stream chosen automatically becomes cp.async (the report's
+``SWIZZLED_STAGE`` rejection says so); a forced TMA or a plain stream keeps row-major
+stages, and the dot stages its operand as before (``StreamReport.feed_note`` says why).
+
 Warp roles. ``roles="specialized"`` needs ``setmaxnreg`` (sm_90a). On other targets the
 pipeline falls back to the uniform schedule and the report (``TILEKIT_DUMP=sched``) says so
 (a kernel written for Hopper must still run on Ampere and on targets compiled as sm_80).
@@ -38,6 +50,8 @@ from tilekit.ir.verifier import verify
 from tilekit.sched.engines import (
     Engine,
     EngineDecision,
+    EngineRule,
+    Rejection,
     TensorFacts,
     admissible,
     choose_engine,
@@ -176,9 +190,69 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
                               decision, tile_bytes(spec.shape, facts.dtype), guarded)
         if not admissible(decision):
             raise _not_admissible(op, report, facts, tgt.name)
-        streams.append(report)
+        streams.append(_dot_feed(op, report, facts, tgt, num_warps))
     return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams),
                      _roles(op, tgt, num_warps), _stored_through(fn, op, streams, tgt))
+
+
+def _dot_uses(op: Operation, k: int) -> list[tuple[Operation, str]]:
+    """Every use of stream ``k``'s tile in the body, as (op, operand slot)."""
+    arg = op.regions[0].block.args[1 + k]
+    return [(o, slot) for o in op.walk() if o is not op
+            for slot, v in zip(o.slots, o.operands) if v is arg]
+
+
+def _dot_feed(op: Operation, stream: StreamReport, facts: TensorFacts, tgt: Target,
+              num_warps: int) -> StreamReport:
+    """``stream``, with its stage laid out for ``ldmatrix`` (``feeds``) when its tile is
+    read only as the same operand of ``tk.dot``s that run on mma.sync: the layout library
+    (``mma_sync.stage_read``) gives the stage's swizzle, the copy writes it, and the dot
+    reads its fragments straight from the stage. cp.async writes the swizzle chunk by
+    chunk; a TMA stream chosen automatically becomes cp.async (``SWIZZLED_STAGE``). Any
+    other stream is returned as it is, with ``feed_note`` saying why when only dots read
+    it."""
+    from dataclasses import replace
+
+    from tilekit.errors import LayoutError
+    from tilekit.layout import banks
+    from tilekit.layout.mma_sync import mma_layouts, mma_sync_misfit, stage_read
+
+    uses = _dot_uses(op, stream.index)
+    if not uses or any(o.name != "dot" or slot not in ("a", "b") for o, slot in uses):
+        return stream
+    slots = {slot for _, slot in uses}
+    if len(slots) > 1:
+        return replace(stream, feed_note="the tile is both operands of dots")
+    which = 1 if slots == {"a"} else 2
+    bank_target = banks.target(tgt.bank_target)
+    fragments = set()
+    for dot, _ in uses:
+        a, acc = dot.operand("a").type, dot.operand("acc").type
+        (m, kk), n = a.shape, acc.shape[1]
+        misfit = mma_sync_misfit(m, n, kk, a.dtype, acc.dtype, num_warps, tgt.warp_size,
+                                 bank_target)
+        if misfit is not None:
+            return replace(stream, feed_note=f"the dot runs on FMA units ({misfit})")
+        fragments.add(mma_layouts(m, n, kk, num_warps)[which])
+    if len(fragments) > 1:
+        return replace(stream, feed_note="dots read the tile in different fragment layouts")
+    try:
+        staged = stage_read(fragments.pop(), bank_target)
+    except LayoutError as e:
+        return replace(stream, feed_note=f"no ldmatrix read of the stage fits ({e})")
+    decision = stream.decision
+    if decision.engine is Engine.TMA and not decision.forced:
+        cp = choose_engine(facts, stream.shape, stream.padding, tgt.name, Engine.CP_ASYNC)
+        if not admissible(cp):
+            return replace(stream, feed_note="TMA writes stages row-major here and cp.async "
+                                             "is not admissible")
+        why = Rejection(Engine.TMA, EngineRule.SWIZZLED_STAGE, EngineRule.SWIZZLED_STAGE.value)
+        decision = replace(cp, forced=False, rejections=(*cp.rejections, why))
+    elif decision.engine is not Engine.CP_ASYNC:
+        how = "forced TMA" if decision.engine is Engine.TMA else "plain copies"
+        return replace(stream, feed_note=f"{how} write the stage row-major; the dot stages "
+                                         "the tile through registers")
+    return replace(stream, decision=decision, feeds=staged)
 
 
 def _stored_through(fn: Function, op: Operation, streams: list[StreamReport],
@@ -395,9 +469,11 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
     bufs = []
     for k, s in enumerate(p.streams):
         name = p.ring_name(k)
-        bufs.append(e.op("smem_alloc", attrs={"shape": s.shape, "dtype": s.dtype, "stages": S,
-                                              "name": name, "offset": place.offset(name)}
-                         ).result)
+        attrs = {"shape": s.shape, "dtype": s.dtype, "stages": S, "name": name,
+                 "offset": place.offset(name)}
+        if s.feeds is not None:  # the stage as the dot's ldmatrix reads it
+            attrs["layout"] = s.feeds.swizzle
+        bufs.append(e.op("smem_alloc", attrs=attrs).result)
     full = e.op("mbarrier_alloc", attrs={
         "count": S, "arrivals": p.arrivals, "name": p.bar_name("full"),
         "offset": place.offset(p.bar_name("full"))}).result
