@@ -19,23 +19,29 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+from collections import namedtuple
 from collections.abc import Sequence
 from types import CodeType, FrameType
-from typing import NamedTuple
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-class SourceLoc(NamedTuple):
+# Records made at import on the launch path are collections.namedtuple classes: a
+# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
+# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
+# fresh process).
+class SourceLoc(namedtuple(
+        "SourceLoc", "file line col end_col end_line",
+        defaults=(None, None, None))):
     """A position in a user's source file (1-based line, 0-based columns). (A NamedTuple,
     not a dataclass: ``import tilekit`` makes no class it can do without that costs
     ~0.5 ms to create.)"""
-
-    file: str
-    line: int
-    col: int | None = None
-    end_col: int | None = None
-    end_line: int | None = None
+    __slots__ = ()  # the fields, with their types:
+    # file: str
+    # line: int
+    # col: int | None = None
+    # end_col: int | None = None
+    # end_line: int | None = None
 
     def __str__(self) -> str:
         col = f":{self.col + 1}" if self.col is not None else ""
@@ -95,10 +101,11 @@ def user_loc(skip: int = 1) -> SourceLoc | None:
     return frame_loc(frame) if frame is not None else None
 
 
-class Diagnostic(NamedTuple):
-    message: str
-    loc: SourceLoc | None = None
-    hints: tuple[str, ...] = ()
+class Diagnostic(namedtuple("Diagnostic", "message loc hints", defaults=(None, ()))):
+    __slots__ = ()  # the fields, with their types:
+    # message: str
+    # loc: SourceLoc | None = None
+    # hints: tuple[str, ...] = ()
 
     def render(self, kind: str = "error") -> str:
         head = f"{self.loc}: {kind}: {self.message}" if self.loc else f"{kind}: {self.message}"

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, NamedTuple
+from collections import namedtuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tilekit.ir.core import Module
 
 
-class VariantKey(NamedTuple):
-    kernel: str  # the kernel's name
-    ir_hash: str  # ir_hash() of its traced module
-    spec: str  # gpu.spec_text of the specialization
-    size_facts: str  # gpu.size_facts_text of the call's size facts
-    arch: str  # "sm_90a", "sm_80", "gfx942"
+# Records made at import on the launch path are collections.namedtuple classes: a
+# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
+# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
+# fresh process).
+class VariantKey(namedtuple("VariantKey", "kernel ir_hash spec size_facts arch")):
+    __slots__ = ()  # the fields, with their types:
+    # kernel: str  # the kernel's name
+    # ir_hash: str  # ir_hash() of its traced module
+    # spec: str  # gpu.spec_text of the specialization
+    # size_facts: str  # gpu.size_facts_text of the call's size facts
+    # arch: str  # "sm_90a", "sm_80", "gfx942"
 
     @property
     def id(self) -> str:

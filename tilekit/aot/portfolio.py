@@ -31,12 +31,12 @@ import json
 import os
 import zipfile
 import zlib
+from collections import namedtuple
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from tilekit.aot.keys import VariantKey
-from tilekit.codegen.artifact import CompiledKernel
 from tilekit.errors import PortfolioError
 
 FORMAT = 2  # 2: per variant the kernel's source fingerprint (format 1 is read too)
@@ -47,17 +47,23 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest timestamp: the same bytes every
 _REBUILD = "rebuild it with `tilekit aot` (docs/aot.md)"
 
 
-class Variant(NamedTuple):
+# Records made at import on the launch path are collections.namedtuple classes: a
+# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
+# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
+# fresh process).
+class Variant(namedtuple(
+        "Variant", "key module candidates call toolchain compiled image source",
+        defaults=(b"", ""))):
     """One prebuilt kernel: its key, what declared it, what built it, and the binaries."""
-
-    key: VariantKey
-    module: str  # the kernel's module as the build was given it
-    candidates: str  # the traced kernel's candidate size facts (gpu.size_facts_text)
-    call: Mapping[str, Any]  # the abstract call that declared the bucket
-    toolchain: Mapping[str, str]
-    compiled: CompiledKernel  # binary: the PTX or code object
-    image: bytes = b""  # the linked cubin (NVIDIA; empty without nvJitLink)
-    source: str = ""  # the kernel's fingerprint (fingerprint.source_hash); "" when none
+    __slots__ = ()  # the fields, with their types:
+    # key: VariantKey
+    # module: str  # the kernel's module as the build was given it
+    # candidates: str  # the traced kernel's candidate size facts (gpu.size_facts_text)
+    # call: Mapping[str, Any]  # the abstract call that declared the bucket
+    # toolchain: Mapping[str, str]
+    # compiled: CompiledKernel  # binary: the PTX or code object
+    # image: bytes = b""  # the linked cubin (NVIDIA; empty without nvJitLink)
+    # source: str = ""  # the kernel's fingerprint (fingerprint.source_hash); "" when none
 
     def members(self) -> dict[str, bytes]:
         """Archive member name -> bytes."""
@@ -69,11 +75,12 @@ class Variant(NamedTuple):
         return out
 
 
-class Portfolio(NamedTuple):
-    path: str
-    format: int
-    tilekit_version: str
-    variants: tuple[Variant, ...] = ()
+class Portfolio(namedtuple("Portfolio", "path format tilekit_version variants", defaults=((),))):
+    __slots__ = ()  # the fields, with their types:
+    # path: str
+    # format: int
+    # tilekit_version: str
+    # variants: tuple[Variant, ...] = ()
 
     @property
     def kernels(self) -> list[str]:
@@ -257,10 +264,11 @@ def _read_member(zf: zipfile.ZipFile, name: str, shown: str) -> bytes:
                       "copy it again, or rebuild it with `tilekit aot`") from None
 
 
-class _Pending(NamedTuple):
-    variant: Variant  # with empty binaries
-    binary: str
-    image: str | None
+class _Pending(namedtuple("_Pending", "variant binary image")):
+    __slots__ = ()  # the fields, with their types:
+    # variant: Variant  # with empty binaries
+    # binary: str
+    # image: str | None
 
 
 def _blob_ref(obj: Any, where: str, members: dict[str, tuple[int, str]]) -> str:

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections import namedtuple
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from tilekit import knobs
 from tilekit.aot.fingerprint import source_hash
@@ -36,14 +37,19 @@ from tilekit.errors import LaunchError, PortfolioError, SourceLoc
 from tilekit.rt import cache
 
 if TYPE_CHECKING:
-    from tilekit.aot.portfolio import Portfolio, Variant
+    from tilekit.aot.portfolio import Portfolio
     from tilekit.ir.core import Module
 
 
-class Prebuilt(NamedTuple):
-    variant: Variant
-    entry: cache.Entry
-    path: str  # the portfolio it came from
+# Records made at import on the launch path are collections.namedtuple classes: a
+# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
+# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
+# fresh process).
+class Prebuilt(namedtuple("Prebuilt", "variant entry path")):
+    __slots__ = ()  # the fields, with their types:
+    # variant: Variant
+    # entry: cache.Entry
+    # path: str  # the portfolio it came from
 
 
 class Untraced:

@@ -76,8 +76,9 @@ import inspect
 import keyword
 import math
 import struct
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -205,22 +206,27 @@ TENSOR, INT, SCALAR, CONST = "tensor", "int", "scalar", "const"
 _BUILTINS = frozenset({"type", "len", "int", "tuple", "Exception", "None"})
 
 
-class ArgPlan(NamedTuple):  # NamedTuples: cheaper than dataclasses to create at import
+# Records made at import on the launch path are collections.namedtuple classes: a
+# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
+# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
+# fresh process).
+class ArgPlan(namedtuple("ArgPlan", "name kind type rank bf16", defaults=(0, False))):
     """How the fast path reads one parameter: ``kind`` is TENSOR (a torch tensor of type
     ``type`` and rank ``rank``), INT (an unannotated integer of type ``type``: whether it
     fits in int32 is keyed), SCALAR (a scalar of type ``type`` and fixed dtype; ``bf16``
     when that dtype is bfloat16), or CONST (a constexpr: its value is keyed)."""
+    __slots__ = ()  # the fields, with their types:
+    # name: str
+    # kind: str
+    # type: type | None
+    # rank: int = 0
+    # bf16: bool = False
 
-    name: str
-    kind: str
-    type: type | None
-    rank: int = 0
-    bf16: bool = False
 
-
-class Profile(NamedTuple):
-    args: tuple[ArgPlan, ...]
-    stream_option: bool  # ``stream=`` is the launch's option (no parameter of that name)
+class Profile(namedtuple("Profile", "args stream_option")):
+    __slots__ = ()  # the fields, with their types:
+    # args: tuple[ArgPlan, ...]
+    # stream_option: bool  # ``stream=`` is the launch's option (no parameter of that name)
 
 
 def _is_torch_tensor(value: Any) -> bool:
