@@ -119,14 +119,18 @@ def test_dots_off_tensor_cores_keep_row_major_stages(kw, note):
     assert all(op.result.type.layout is None for op in module.walk() if op.name == "smem_alloc")
 
 
-def test_unaligned_rows_use_plain_copies_and_keep_row_major_stages():
+def test_unaligned_rows_are_read_in_place_after_a_run_time_check():
+    # 82-byte rows from an odd base: the bucket proves no chunk, so the copy checks the
+    # base and row strides at run time (8-byte cp.async, else element copies); the stage
+    # is read in place either way (tests/codegen/test_pipelined_narrow_chunks.py)
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((64, 41)).astype(bf16)[:, 1:]  # 82-byte rows: no cp.async chunk
+    a = rng.standard_normal((64, 41)).astype(bf16)[:, 1:]
     b = np.zeros((40, 64), bf16)
     _, report = scheduled(Kd=40, a=a, b=b)
     sa, sb = report.streams
-    assert sa.engine is Engine.PLAIN and sa.feeds is None and "plain copies" in sa.feed_note
-    assert sb.engine is Engine.CP_ASYNC and sb.feeds is not None
+    assert sa.engine is Engine.CP_ASYNC and sa.decision.checked and sa.feeds is not None
+    assert sa.decision.vector_bytes == sa.feeds.chunk_bytes == 8
+    assert sb.engine is Engine.CP_ASYNC and sb.feeds is not None and not sb.decision.checked
 
 
 def test_forced_tma_keeps_row_major_stages():
@@ -296,7 +300,8 @@ def test_the_read_plan_is_on_the_laid_out_ir():
 
 GPU_SHAPES = [  # M, N, K: ragged, K below stages * BK, K = 0, one tall. Rows of A and B
     # that are multiples of 16 bytes (N, K multiples of 8) stream by cp.async into swizzled
-    # stages read in place; the others (primes) take plain copies and row-major stages.
+    # stages read in place; the others (primes) too, by cp.async checked at run time, which
+    # falls back to element copies (test_pipelined_narrow_chunks.py).
     (1, 8, 8), (97, 136, 72), (64, 64, 64), (128, 128, 128), (17, 16, 16), (33, 64, 48),
     (200, 80, 136), (256, 8, 40), (5, 296, 24), (129, 128, 264), (65, 64, 104), (40, 24, 0),
     (4113, 256, 512), (1, 1, 1), (97, 131, 67), (33, 65, 47),

@@ -68,7 +68,12 @@ store's wait) are named barriers of the running role's threads (``bar.sync 1`` c
   limit) is moved as several boxes when the boxes are contiguous in the row-major stage.
 * ``cp_async``: thread ``t`` of the role copies chunks ``t, t + T, ...`` of ``vector_bytes``
   (``cp.async.cg`` for 16 bytes, ``cp.async.ca`` for 4 and 8) to the row-major stage; the
-  ``src-size`` operand zero-fills what lies past the tensor's edge.
+  ``src-size`` operand zero-fills what lies past the tensor's edge. A ``checked`` copy (the
+  bucket does not prove the chunk: ``sched.engines.checked_cp_async``) tests the tensor's
+  base and row strides once and copies in ``vector_bytes`` chunks, else in half of them
+  down to 4 bytes, else element by element (loads and shared stores, zeros past the
+  edge), every way into the same places; ``mbarrier_arrive``'s release orders the
+  element stores as it orders the reads.
 * ``plain``: a guarded tile-view load in the op's ``staging_layout`` (given by
   ``tilekit.layout.propagate``), then shared stores into the stage.
 
@@ -754,15 +759,15 @@ def _cp_async(L: KernelLowering, op: Operation, ring: Ring, stage: ir.Value) -> 
         raise LoweringError(f"cp.async copies 4, 8 or 16 bytes of whole elements within a "
                             f"tile row; {vb} bytes of {t.dtype} in rows of {shape[-1]} do not",
                             op.loc)
-    if per > 1 and not (t.name in L.unit_inner and t.name in L.aligned16
-                        and (len(shape) == 1 or t.name in L.strides16)):
+    checked = bool(op.attrs.get("checked"))
+    if per > 1 and not (t.name in L.unit_inner and (checked or (
+            t.name in L.aligned16 and (len(shape) == 1 or t.name in L.strides16)))):
         raise LoweringError(f"{vb}-byte cp.async chunks of `{t.name}` need the bucket's facts "
                             "(16-byte aligned base, unit inner stride, 16-byte row strides)",
                             op.loc, hints=[f"use vector_bytes={size}"])
     if _arch(L.target) < 80:
         raise LoweringError(f"cp.async needs sm_80; the target is {L.target.name}", op.loc)
     rank = len(shape)
-    nchunks = math.prod(shape) // per
     starts = [b.mul(_to_i64(b, L.regs(v)[0], dtype_of(v).is_signed), ir.Constant(I64, n))
               for v, n in zip(op.variadic("index"), shape)]
     sizes = [_to_i64(b, s) for s in t.sizes]
@@ -770,14 +775,17 @@ def _cp_async(L: KernelLowering, op: Operation, ring: Ring, stage: ir.Value) -> 
     whole = {d: b.icmp_signed("<", starts[d], sizes[d]) for d, n in enumerate(shape)
              if n == 1 or (t.name, d, n) in L.divisible}
     inner = [math.prod(shape[d + 1:]) for d in range(rank)]
-    name = f"llvm.nvvm.cp.async.{'cg' if vb == 16 else 'ca'}.shared.global.{vb}.s"
     zero = ir.Constant(I64, 0)
     threads = L.threads
+    mem = S.memory_type(t.dtype)
     from tilekit.codegen.lower_mma import swizzled_offset
 
     swizzle = _swizzle(ring.type)
 
-    def issue(c: ir.Value) -> None:
+    def issue(c: ir.Value, width: int) -> None:
+        """Chunk ``c`` of ``width`` bytes: one cp.async, or (``width`` below 4, an element)
+        a load and a shared store, zero past the edge as cp.async's ``src-size`` leaves it."""
+        per = max(1, width // size)
         e = b.mul(c, c32(per)) if per > 1 else c
         offset, conds = None, []
         last = None
@@ -807,21 +815,61 @@ def _cp_async(L: KernelLowering, op: Operation, ring: Ring, stage: ir.Value) -> 
         nbytes = b.trunc(b.mul(valid, ir.Constant(I64, size)), I32)
         addr = b.add(t.base, b.mul(offset, ir.Constant(I64, size)))
         addr = b.select(b.icmp_unsigned("!=", nbytes, c32(0)), addr, t.base)  # nothing read
-        src = b.inttoptr(addr, ir.PointerType(I8, L.vendor.global_addrspace))
         if swizzle is None:
-            at = b.mul(c, c32(vb))  # row-major: chunk c at c * vb
-        else:  # the chunk's 16-byte block where the swizzle puts it (chunks never straddle)
+            at = b.mul(c, c32(per * size))  # row-major: chunk c at c * its bytes
+        else:  # where the swizzle puts the chunk's first element: a chunk of 8 bytes or
+            # fewer lies inside one 16-byte chunk, which the swizzle moves whole
             at = b.shl(swizzled_offset(b, swizzle, coords[0], coords[1]), c32(1))
-        dst = L.shared_at(b.add(stage, at), I8)
-        call(b, name, ir.VoidType(), [dst, src, nbytes])
+        dst = b.add(stage, at)
+        if width >= 4:
+            src = b.inttoptr(addr, ir.PointerType(I8, L.vendor.global_addrspace))
+            name = f"llvm.nvvm.cp.async.{'cg' if width == 16 else 'ca'}.shared.global.{width}.s"
+            call(b, name, ir.VoidType(), [L.shared_at(dst, I8), src, nbytes])
+            return
+        src = b.inttoptr(addr, ir.PointerType(mem, L.vendor.global_addrspace))
+        with b.if_else(b.icmp_unsigned("!=", nbytes, c32(0))) as (then, otherwise):
+            with then:
+                x = b.load(src, align=size)
+                loaded = b.block
+            with otherwise:
+                skipped = b.block
+        value = b.phi(mem)
+        value.add_incoming(x, loaded)
+        value.add_incoming(ir.Constant(mem, 0), skipped)
+        b.store(value, L.shared_at(dst, mem), align=size)
 
-    for k in range(-(-nchunks // threads)):
-        c = b.add(L.tid, c32(k * threads)) if k else L.tid
-        if (k + 1) * threads > nchunks:
-            with b.if_then(b.icmp_unsigned("<", c, c32(nchunks))):
-                issue(c)
-        else:
-            issue(c)
+    def chunks(width: int) -> None:
+        n = math.prod(shape) // max(1, width // size)
+        for k in range(-(-n // threads)):
+            c = b.add(L.tid, c32(k * threads)) if k else L.tid
+            if (k + 1) * threads > n:
+                with b.if_then(b.icmp_unsigned("<", c, c32(n))):
+                    issue(c, width)
+            else:
+                issue(c, width)
+
+    if not checked or per == 1:
+        chunks(vb)
+        return
+    # The bucket does not prove the chunk: the widest of vb, vb / 2, ... 4 bytes that divides
+    # the base and every row stride (uniform tests), else element copies, each into the same
+    # places of the stage. The narrower ones serve tensors the wider check refuses.
+    bits = t.base
+    for d in range(rank - 1):
+        bits = b.or_(bits, b.mul(strides[d], ir.Constant(I64, size)))
+
+    def tier(width: int) -> None:
+        if width < max(4, size):
+            chunks(size)  # an element per copy (a cp.async when elements are 4 bytes)
+            return
+        aligned = b.icmp_unsigned("==", b.and_(bits, ir.Constant(I64, width - 1)), zero)
+        with b.if_else(aligned) as (fast, slow):
+            with fast:
+                chunks(width)
+            with slow:
+                tier(width // 2)
+
+    tier(vb)
 
 
 # --- stages <-> registers ----------------------------------------------------------------------

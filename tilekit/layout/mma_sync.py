@@ -27,7 +27,10 @@ Pure layout math; ``tilekit.codegen.lower_mma`` emits what a plan says and decid
   schedule asks ``stage_read`` for the ``ChunkSwizzle`` to fill it in, chosen as above with
   the copy's writes (consecutive 16-byte chunks by consecutive threads, the tile's
   ``default_blocked`` layout) in place of register stores; ``ldmatrix`` then reads the
-  fragments straight from the stage, with no stores and no barrier of the dot's own.
+  fragments straight from the stage, with no stores and no barrier of the dot's own. A copy
+  in 8- or 4-byte chunks (rows not 16-byte aligned) writes the same swizzle: it permutes
+  whole 16-byte chunks, so a narrower chunk lands inside one; only its write wavefronts
+  are counted anew.
 * **Checks.** Each read is simulated element by element against the PTX ISA's ldmatrix
   semantics: every lane must receive exactly the elements of its fragment registers
   (``LayoutError`` otherwise, before any code exists).
@@ -232,6 +235,7 @@ class StagedOperand:
     wavefronts: tuple[int, int, int, int]  # stores, their ideal, reads, their ideal
     how: str
     in_place: bool = False  # a pipeline stage read where the copy put it (``stage_read``)
+    chunk_bytes: int = 16  # in place: the copy's chunk (16, or 8 or 4: part of a 16-byte one)
 
     @property
     def name(self) -> str:
@@ -259,7 +263,9 @@ class StagedOperand:
         if self.in_place:
             return (f"{self.name} read in place from its pipeline stage, ldmatrix.{x}"
                     f"{'.trans' if self.trans else ''}, {self.swizzle.describe()} ({self.how}), "
-                    f"written in 16-byte chunks; wavefronts: chunk writes {store}/{store_ideal}, "
+                    f"written in {self.chunk_bytes}-byte chunks"
+                    f"{'' if self.chunk_bytes == 16 else ' inside the swizzled 16-byte ones'}; "
+                    f"wavefronts: chunk writes {store}/{store_ideal}, "
                     f"reads {read}/{read_ideal}")
         return (f"{self.name} staged, ldmatrix.{x}{'.trans' if self.trans else ''}, "
                 f"{self.swizzle.describe()} ({self.how}), {2 * self.store_width}-byte stores; "
@@ -366,19 +372,32 @@ def stage_operand(registers: TileLayout, fragment: TileLayout, target: Target
 
 
 @lru_cache(maxsize=256)
-def stage_read(fragment: TileLayout, target: Target) -> StagedOperand:
+def stage_read(fragment: TileLayout, target: Target, chunk_bytes: int = 16) -> StagedOperand:
     """How ``ldmatrix`` reads the ``fragment`` layout (an A or B ``MmaEncoding``) from a
-    pipeline stage that a copy engine fills row-major in 16-byte chunks: the stage's
-    ``ChunkSwizzle`` (the copy writes it) and the reads (module docstring). The same
-    fragment always gets the same answer, so the schedule, which fills the stage, and the
-    layout pass, which reads it, agree. ``LayoutError`` when no read fits."""
+    pipeline stage that a copy engine fills row-major in ``chunk_bytes`` chunks: the stage's
+    ``ChunkSwizzle`` (the copy writes it) and the reads (module docstring). The swizzle is
+    the one chosen for 16-byte chunks whatever ``chunk_bytes`` is: it permutes whole 16-byte
+    chunks, so an 8- or 4-byte chunk lands inside one, at the swizzled chunk's address plus
+    its offset in it; only the counted write wavefronts change. So the same fragment always
+    gets the same swizzle, and the schedule, which fills the stage, and the layout pass,
+    which reads it, agree. ``LayoutError`` when no read fits."""
     from dataclasses import replace
 
     enc = fragment.encoding
     if not isinstance(enc, MmaEncoding) or enc.operand is MmaOperand.ACC:
         raise LayoutError(f"{fragment} is not an mma operand layout")
+    if chunk_bytes not in (4, 8, 16):
+        raise LayoutError(f"copy chunks are 4, 8 or 16 bytes, not {chunk_bytes}")
     writes = default_blocked(fragment.shape, fragment.num_warps, 32, 2)
-    return replace(_stage(writes, fragment, 1, target), in_place=True)
+    staged = replace(_stage(writes, fragment, 1, target), in_place=True)
+    if chunk_bytes == 16:
+        return staged
+    # the same swizzle and reads, the wavefronts of the narrower chunk writes counted
+    writes = default_blocked(fragment.shape, fragment.num_warps, 32, 2,
+                             vector_bytes=chunk_bytes)
+    width, groups = _store_groups(writes, 1)
+    narrow = replace(staged, store_width=width, store_groups=groups, chunk_bytes=chunk_bytes)
+    return _costed(narrow, staged.swizzle, writes.table()[0], fragment, target, staged.how)
 
 
 def _rank(s: StagedOperand) -> tuple[int, int]:

@@ -57,6 +57,9 @@ def format_report(report: ScheduleReport) -> str:
         extra = ""
         if s.engine is Engine.CP_ASYNC:
             extra = f", {s.decision.vector_bytes}-byte chunks"
+            if s.decision.checked:
+                extra += (" if the base and row strides are multiples of "
+                          f"{s.decision.vector_bytes} bytes at run time, else element copies")
         elif s.engine is Engine.TMA and s.decision.box is not None:
             box = s.decision.box
             copies = s.tile_bytes // (math.prod(box) * s.dtype.itemsize)

@@ -17,6 +17,12 @@ condition that the witness meets no better than any member.
 * cp.async: sm_80 and newer, padding 0 (the zero-fill of a short copy), and a 16-, 8- or
   4-byte chunk the facts allow (``thread_copy_alternatives``); the chunk becomes the copy's
   ``vector_bytes``.
+* cp.async with rows checked at run time (``checked_cp_async``; only for a stage that
+  ``tk.dot`` reads in place, whose only other writer would be plain stores through the
+  swizzle): the widest 8- or 4-byte chunk a tensor whose base and row strides are multiples
+  of the chunk admits. The bucket's facts say 16 bytes or the element size, nothing between
+  (a bf16 row of 8092 elements is 16,184 bytes: 8-byte aligned), so the copy tests the base
+  and the row strides once and falls back to element copies when they are not so aligned.
 * plain loads and shared stores: always (any padding).
 
 A decision keeps every reason a faster engine was refused (the TMA rules' names and
@@ -87,17 +93,20 @@ class TensorFacts:
     unit_inner: bool
     strides16: bool
 
-    def witness(self, box: Sequence[int]) -> GlobalTensor:
-        """The least a tensor of the bucket guarantees, spanning a few boxes per dim."""
+    def witness(self, box: Sequence[int], checked: int = 0) -> GlobalTensor:
+        """The least a tensor of the bucket guarantees, spanning a few boxes per dim; with
+        ``checked``, the least one whose base and row strides are also multiples of
+        ``checked`` bytes (what a run-time check establishes)."""
         elem = self.dtype.itemsize
         shape = tuple(WITNESS_BOXES * b for b in box)
         strides = [1 if self.unit_inner else 3]  # an odd stride: nothing but its element size
+        rows = 16 if self.strides16 else max(elem, checked)
         for d in range(len(shape) - 2, -1, -1):
             row = strides[0] * shape[d + 1] * elem
-            row = -(-row // 16) * 16 + (0 if self.strides16 else elem)
+            row = -(-row // 16) * 16 + (0 if rows == 16 else rows)
             strides.insert(0, row // elem)
-        return GlobalTensor(elem, shape, tuple(strides), 16 if self.aligned16 else elem,
-                            name=self.name)
+        base = 16 if self.aligned16 else max(elem, checked)
+        return GlobalTensor(elem, shape, tuple(strides), base, name=self.name)
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,9 @@ class EngineDecision:
     tma: TmaDescriptorParams | None = None  # for the witness; ``tma.box_dim`` is the box
     rejections: tuple[Rejection, ...] = ()
     witness: GlobalTensor | None = None  # the tensor the layout library was asked about
+    # cp.async whose chunk the copy checks at run time (base and row strides multiples of
+    # ``vector_bytes``), falling back to element copies; False: the facts prove the chunk
+    checked: bool = False
 
     def rejected(self, engine: Engine) -> tuple[Rejection, ...]:
         return tuple(r for r in self.rejections if r.engine is engine)
@@ -169,7 +181,7 @@ def _tma(facts: TensorFacts, box: tuple[int, ...], padding: object,
 
 
 def _cp_async(facts: TensorFacts, box: tuple[int, ...], padding: object,
-              arch: int | None) -> tuple[int | None, list[Rejection]]:
+              arch: int | None, checked: int = 0) -> tuple[int | None, list[Rejection]]:
     out: list[Rejection] = []
     if arch is None:
         return None, [Rejection(Engine.CP_ASYNC, EngineRule.NO_ASYNC_ENGINES,
@@ -180,7 +192,7 @@ def _cp_async(facts: TensorFacts, box: tuple[int, ...], padding: object,
     if padding != 0:
         out.append(Rejection(Engine.CP_ASYNC, EngineRule.NONZERO_PADDING,
                              f"padding {padding!r}: cp.async fills the edge with zeros"))
-    witness = facts.witness(box)
+    witness = facts.witness(box, checked)
     plans = [a.params for a in thread_copy_alternatives(
         elem_bytes=witness.elem_bytes, base_align=witness.base_align, shape=witness.shape,
         strides=witness.strides, box=box, element_strides=(1,) * len(box),
@@ -229,6 +241,28 @@ def choose_engine(facts: TensorFacts, box: tuple[int, ...], padding: object,
         if forced is Engine.CP_ASYNC:
             return decided(Engine.CP_ASYNC)
     return decided(Engine.PLAIN)
+
+
+def checked_cp_async(facts: TensorFacts, box: tuple[int, ...], padding: object,
+                     target_name: str) -> EngineDecision | None:
+    """cp.async in the widest 8- or 4-byte chunk that a tensor of the bucket admits once
+    its base and row strides are known to be multiples of the chunk, which the copy then
+    checks at run time (``EngineDecision.checked``); None when no such chunk exists or
+    the facts already prove one (``choose_engine`` then gives it). A chunk is whole
+    elements of one tile row; a row is at least one chunk.
+
+    The layout library is asked about the witness of a tensor so aligned, as for any
+    chunk: a chunk admitted there is admitted for every tensor of the bucket that passes
+    the check."""
+    arch = target_arch(target_name)
+    for width in CP_ASYNC_WIDTHS[1:]:
+        if width <= facts.dtype.itemsize:
+            break  # an element per chunk needs no check (the facts admit it or nothing)
+        vb, why = _cp_async(facts, box, padding, arch, checked=width)
+        if vb is not None and not why and vb <= width:
+            return EngineDecision(Engine.CP_ASYNC, False, vb, witness=facts.witness(box, vb),
+                                  checked=True)
+    return None
 
 
 def admissible(decision: EngineDecision) -> bool:

@@ -25,8 +25,12 @@ into shared memory again. The consumer's release after its reads is unchanged (l
 results are in registers once it returns), so the copy of stage ``i + S - 1`` overlaps the
 mma of stage ``i``. TMA would need its swizzle modes matched to the chunk swizzle, which is
 not wired yet: a TMA stream chosen automatically becomes cp.async (the report's
-``SWIZZLED_STAGE`` rejection says so); a forced TMA or a plain stream keeps row-major
-stages, and the dot stages its operand as before (``StreamReport.feed_note`` says why).
+``SWIZZLED_STAGE`` rejection says so). A stream that would take plain copies because the
+bucket proves no cp.async chunk (rows not 16-byte aligned: its facts know 16 bytes or the
+element size) becomes cp.async checked at run time (``engines.checked_cp_async``: 8- or
+4-byte chunks when the base and row strides allow, else element copies, all into the
+swizzle). A forced TMA or forced plain stream, or one with a nonzero padding, keeps
+row-major stages, and the dot stages its operand as before (``StreamReport.feed_note``).
 
 Warp roles. ``roles="specialized"`` needs ``setmaxnreg`` (sm_90a). On other targets the
 pipeline falls back to the uniform schedule and the report (``TILEKIT_DUMP=sched``) says so
@@ -54,6 +58,7 @@ from tilekit.sched.engines import (
     Rejection,
     TensorFacts,
     admissible,
+    checked_cp_async,
     choose_engine,
     target_arch,
     tile_bytes,
@@ -208,9 +213,11 @@ def _dot_feed(op: Operation, stream: StreamReport, facts: TensorFacts, tgt: Targ
     read only as the same operand of ``tk.dot``s that run on mma.sync: the layout library
     (``mma_sync.stage_read``) gives the stage's swizzle, the copy writes it, and the dot
     reads its fragments straight from the stage. cp.async writes the swizzle chunk by
-    chunk; a TMA stream chosen automatically becomes cp.async (``SWIZZLED_STAGE``). Any
-    other stream is returned as it is, with ``feed_note`` saying why when only dots read
-    it."""
+    chunk (8- or 4-byte chunks land inside the swizzled 16-byte ones); a TMA stream chosen
+    automatically becomes cp.async (``SWIZZLED_STAGE``), and so does one that would take
+    plain copies because the bucket proves no chunk, with the chunk checked at run time
+    (``checked_cp_async``; rows of 8092 bf16 are 8-byte aligned). Any other stream is
+    returned as it is, with ``feed_note`` saying why when only dots read it."""
     from dataclasses import replace
 
     from tilekit.errors import LayoutError
@@ -236,8 +243,9 @@ def _dot_feed(op: Operation, stream: StreamReport, facts: TensorFacts, tgt: Targ
         fragments.add(mma_layouts(m, n, kk, num_warps)[which])
     if len(fragments) > 1:
         return replace(stream, feed_note="dots read the tile in different fragment layouts")
+    staged_fragment = fragments.pop()
     try:
-        staged = stage_read(fragments.pop(), bank_target)
+        staged = stage_read(staged_fragment, bank_target)
     except LayoutError as e:
         return replace(stream, feed_note=f"no ldmatrix read of the stage fits ({e})")
     decision = stream.decision
@@ -248,10 +256,20 @@ def _dot_feed(op: Operation, stream: StreamReport, facts: TensorFacts, tgt: Targ
                                              "is not admissible")
         why = Rejection(Engine.TMA, EngineRule.SWIZZLED_STAGE, EngineRule.SWIZZLED_STAGE.value)
         decision = replace(cp, forced=False, rejections=(*cp.rejections, why))
+    elif decision.engine is Engine.PLAIN and not decision.forced:
+        checked = checked_cp_async(facts, stream.shape, stream.padding, tgt.name)
+        if checked is None:
+            return replace(stream, feed_note="plain copies write the stage row-major; the "
+                                             "dot stages the tile through registers")
+        # the faster engines' reasons stay, asked of the bucket's weakest tensor as before
+        decision = replace(checked, witness=decision.witness, rejections=tuple(
+            r for r in decision.rejections if r.engine is not Engine.CP_ASYNC))
     elif decision.engine is not Engine.CP_ASYNC:
-        how = "forced TMA" if decision.engine is Engine.TMA else "plain copies"
+        how = "forced TMA" if decision.engine is Engine.TMA else "forced plain copies"
         return replace(stream, feed_note=f"{how} write the stage row-major; the dot stages "
                                          "the tile through registers")
+    if decision.vector_bytes != 16:
+        staged = stage_read(staged_fragment, bank_target, decision.vector_bytes)
     return replace(stream, decision=decision, feeds=staged)
 
 
@@ -381,6 +399,8 @@ def _produce(e: _Emitter, p: _Pipeline, r: _Rings, j: Value, slot: Value,
                  "guarded": s.guarded}
         if s.engine is Engine.CP_ASYNC:
             attrs["vector_bytes"] = s.decision.vector_bytes
+            if s.decision.checked:
+                attrs["checked"] = True
         elif s.engine is Engine.TMA:
             attrs["box"] = s.decision.box
         e.op("copy_g2s", {"tensor": tensor, "index": coords, "dst": r.bufs[k], "slot": slot,
