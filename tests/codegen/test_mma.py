@@ -37,7 +37,7 @@ from tilekit.codegen.lower_mma import lane_part, row_offset, swizzled_offset
 from tilekit.layout import banks
 from tilekit.layout.mma_sync import ChunkSwizzle, mma_layouts, plan_mma_sync, stage_operand
 from tilekit.layout.tile_layouts import default_blocked
-from tilekit.rt import cache, link
+from tilekit.rt import link
 
 needs_linker = pytest.mark.skipif(not link.available(), reason="nvJitLink is not installed")
 needs_cuobjdump = pytest.mark.skipif(
@@ -296,13 +296,6 @@ def accumulation_bound(a: np.ndarray, b: np.ndarray, k_padded: int) -> np.ndarra
     that, plus a floor for exact zeros."""
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
     return 2 * (k_padded // 16) * 17 * 2.0**-23 * scale + 1e-30
-
-
-@pytest.fixture
-def on_gpu(tmp_path):
-    with knobs.override(cache_dir=str(tmp_path), interpret=False):
-        cache.reset_stats()
-        yield
 
 
 @pytest.mark.gpu

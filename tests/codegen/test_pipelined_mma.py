@@ -35,7 +35,7 @@ from tilekit.errors import LayoutError
 from tilekit.layout import banks
 from tilekit.layout.mma_sync import ChunkSwizzle, _check_reads, mma_layouts, stage_read
 from tilekit.layout.tile_layouts import MmaEncoding
-from tilekit.rt import cache, link
+from tilekit.rt import link
 from tilekit.sched import Engine, EngineRule, schedule_pipelines
 from tilekit.sched.dump import format_report
 from tilekit.sched.protocol import check_function, trip_counts
@@ -307,13 +307,6 @@ GPU_SHAPES = [  # M, N, K: ragged, K below stages * BK, K = 0, one tall. Rows of
     (4113, 256, 512), (1, 1, 1), (97, 131, 67), (33, 65, 47),
 ]
 GPU_TILES = [(64, 64, 32, 3), (128, 128, 32, 3), (16, 64, 64, 2), (128, 128, 64, 4)]
-
-
-@pytest.fixture
-def on_gpu(tmp_path):
-    with knobs.override(cache_dir=str(tmp_path), interpret=False):
-        cache.reset_stats()
-        yield
 
 
 @pytest.mark.gpu

@@ -34,7 +34,6 @@ from tests.codegen.test_pipelined_mma import (
     f32,
     matmul_pipelined,
     needs_cuobjdump,
-    on_gpu,  # noqa: F401  (a fixture)
     opcodes,
     traced,
 )
@@ -250,7 +249,7 @@ GPU_TILES = [(64, 64, 32, 3), (128, 128, 64, 3), (128, 128, 32, 4)]
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("offset", [0, 1], ids=["base", "view+1"])
 @pytest.mark.parametrize("dtype", sorted(TYPES))
-def test_misaligned_rows_in_place_match_float64_and_the_interpreter(on_gpu, dtype, offset,  # noqa: F811
+def test_misaligned_rows_in_place_match_float64_and_the_interpreter(on_gpu, dtype, offset,
                                                                      shape, tile):
     M, N, Kd = shape
     BM, BN, BK, S = tile
