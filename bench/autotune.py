@@ -96,7 +96,7 @@ def cases(torch: Any, quick: bool) -> list[dict[str, Any]]:
              error=lambda: float(((rs_y.double() - rs_x.double().sum(1)).abs()
                                   / rs_x.double().abs().sum(1)).max()),
              tol=1e-5),
-        dict(name="matmul", what=f"matmul {M}x{N}x{K} bf16 (FMA)",
+        dict(name="matmul", what=f"matmul {M}x{N}x{K} bf16 (tensor cores)",
              grid=lambda meta: (tk.cdiv(M, meta["BM"]), tk.cdiv(N, meta["BN"])),
              args=(a, b, c, K), kwargs={}, bytes=None, flops=2 * M * N * K,
              error=lambda: float((c.double() - a.double() @ b.double()).norm()
