@@ -30,7 +30,7 @@ from tilekit.codegen.size_facts import SizeFact, size_facts_holding
 from tilekit.errors import ExecutionError, SourceLoc
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
-from tilekit.rt import cache, checks, device_arrays, driver, fastpath, link, tensor_maps
+from tilekit.rt import cache, checks, device_arrays, driver, fastpath, tensor_maps
 from tilekit.rt.device_arrays import DeviceArray, StagedArray
 
 if TYPE_CHECKING:
@@ -120,6 +120,8 @@ def compile_cached(module: Module, spec: Specialization, arch: str,
         if compiled.llvm_ir:
             compiled = compiled._replace(llvm_ir="")  # not cached: equal to a cache hit
         image = b""
+        from tilekit.rt import link  # nvJitLink: only when compiling
+
         if compiled.binary_kind == "ptx" and link.available():
             image = link.link_ptx(compiled.binary, arch, compiled.name,
                                   module.kernel.loc or loc)
