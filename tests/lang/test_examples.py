@@ -27,10 +27,15 @@ RAGGED: dict[str, list[dict]] = {
                   dict(n=1000, num_bins=31, block=127, seed=5)],
     "layer_norm": [dict(rows=1, cols=1, block=16), dict(rows=7, cols=97, block=32),
                    dict(rows=3, cols=257, block=100, seed=2)],
-    # the pipelined kernel too: K = 0 (no trip), K < stages * BK, one stage, many trips
+    # the pipelined kernel too (in launch order and grouped): K = 0 (no trip),
+    # K < stages * BK, one stage, many trips
     "matmul": [dict(M=1, N=1, K=1), dict(M=7, N=31, K=97), dict(M=65, N=33, K=33, seed=4),
                dict(M=1, N=1, K=0), dict(M=3, N=5, K=20, stages=5),
-               dict(M=65, N=33, K=33, stages=1, seed=5), dict(M=70, N=40, K=300, stages=2)],
+               dict(M=65, N=33, K=33, stages=1, seed=5), dict(M=70, N=40, K=300, stages=2),
+               # f16 in, C bf16 / f16, B column-major (a transposed view), groups of 2 and 3
+               dict(M=130, N=70, K=45, dtype="float16", out_dtype="bfloat16", b_col_major=True,
+                    group_m=2),
+               dict(M=97, N=31, K=64, out_dtype="float16", group_m=3, seed=6)],
     # trip counts 1, stages - 1, stages, stages + 1 and many; tiles wider than the row;
     # tiles hanging past the last row
     "pipeline_copy": [dict(rows=1, cols=1, bm=4, bn=16), dict(rows=97, cols=31, bm=16, bn=8),
