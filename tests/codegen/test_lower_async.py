@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import tilekit as tk
+from tests.codegen.sass_checks import needs_cuobjdump, needs_linker, opcodes, resources
 from tilekit.codegen import sass
 from tilekit.codegen.artifact import SlotKind
 from tilekit.codegen.driver import compile_module
@@ -31,10 +32,6 @@ from tilekit.errors import LoweringError
 from tilekit.ir import Block, Builder, DType, Function, Module, Region, TensorType, TileType
 from tilekit.rt import link
 
-needs_linker = pytest.mark.skipif(not link.available(), reason="nvJitLink is not installed")
-needs_cuobjdump = pytest.mark.skipif(
-    not (link.available() and sass.available()),
-    reason="nvJitLink or cuobjdump is not installed (nvidia-nvjitlink, nvidia-cuda-cuobjdump)")
 needs_ptxas = pytest.mark.skipif(
     shutil.which("ptxas") is None or not sass.available(),
     reason="ptxas (a CUDA toolkit) or cuobjdump is not installed")
@@ -97,21 +94,6 @@ def compiled(kind: str, engine: str | None, roles: bool | None, arch: str, **kw:
     if key not in _COMPILED:
         _COMPILED[key] = compile_module(traced(kind, engine, roles, **kw), arch)
     return _COMPILED[key]
-
-
-def opcodes(cubin: bytes) -> list[str]:
-    return [i.split()[0] for i in sass.instructions(sass.disassemble(cubin))]
-
-
-def resources(cubin: bytes) -> dict[str, int]:
-    """``cuobjdump -res-usage``: REG, STACK, LOCAL, SHARED... of the kernel."""
-    with tempfile.TemporaryDirectory(prefix="tilekit-res-") as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        out = subprocess.run([sass.tool("cuobjdump"), "-res-usage", str(path)],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
-    line = next(ln for ln in out.splitlines() if "REG:" in ln)
-    return {k: int(v) for k, v in re.findall(r"([A-Z]+):(\d+)", line)}
 
 
 CASES = [(arch, engine, roles, kind)

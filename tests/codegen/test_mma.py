@@ -19,9 +19,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -29,6 +26,7 @@ import pytest
 from llvmlite import ir
 
 import tilekit as tk
+from tests.codegen.sass_checks import needs_cuobjdump, needs_linker, opcodes, resources
 from tests.lang import kernels as K
 from tilekit import knobs
 from tilekit.codegen import sass
@@ -38,11 +36,6 @@ from tilekit.layout import banks
 from tilekit.layout.mma_sync import ChunkSwizzle, mma_layouts, plan_mma_sync, stage_operand
 from tilekit.layout.tile_layouts import default_blocked
 from tilekit.rt import link
-
-needs_linker = pytest.mark.skipif(not link.available(), reason="nvJitLink is not installed")
-needs_cuobjdump = pytest.mark.skipif(
-    not (link.available() and sass.available()),
-    reason="nvJitLink or cuobjdump is not installed (nvidia-nvjitlink, nvidia-cuda-cuobjdump)")
 
 bf16, f16, f32 = ml_dtypes.bfloat16, np.float16, np.float32
 TYPES = {"bf16": (bf16, "bf16"), "f16": (f16, "f16")}
@@ -70,21 +63,6 @@ def matmul_module(dtype, M=200, N=96, Kd=130, BM=64, BN=64, BK=32, acc=tk.float3
 @functools.cache
 def compiled(dtype_name: str, arch: str, **kw):
     return compile_module(matmul_module(TYPES[dtype_name][0], **kw), arch)
-
-
-def opcodes(cubin: bytes) -> list[str]:
-    return [i.split()[0] for i in sass.instructions(sass.disassemble(cubin))]
-
-
-def resources(cubin: bytes) -> dict[str, int]:
-    """``cuobjdump -res-usage``: REG, STACK, LOCAL, SHARED... of the kernel."""
-    with tempfile.TemporaryDirectory(prefix="tilekit-res-") as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        out = subprocess.run([sass.tool("cuobjdump"), "-res-usage", str(path)],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
-    line = next(ln for ln in out.splitlines() if "REG:" in ln)
-    return {k: int(v) for k, v in re.findall(r"([A-Z]+):(\d+)", line)}
 
 
 # --- PTX and SASS ---------------------------------------------------------------------------

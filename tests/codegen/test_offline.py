@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import tilekit as tk
+from tests.codegen.sass_checks import needs_cuobjdump, needs_linker
 from tests.lang import kernels as K
 from tilekit.codegen import sass
 from tilekit.codegen.driver import compile_module
@@ -41,10 +42,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 
-needs_linker = pytest.mark.skipif(not link.available(), reason="nvJitLink is not installed")
-needs_cuobjdump = pytest.mark.skipif(
-    not (link.available() and sass.available()),
-    reason="nvJitLink or cuobjdump is not installed (nvidia-nvjitlink, nvidia-cuda-cuobjdump)")
 
 f32, bf16, i32 = np.float32, ml_dtypes.bfloat16, np.int32
 

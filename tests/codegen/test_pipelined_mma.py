@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 import tilekit as tk
-from tests.codegen.test_mma import accumulation_bound, opcodes, resources
+from tests.codegen.sass_checks import needs_cuobjdump, opcodes, resources
+from tests.codegen.test_mma import accumulation_bound
 from tests.sched.builders import run
 from tilekit import knobs
-from tilekit.codegen import sass
 from tilekit.codegen.driver import compile_module
 from tilekit.errors import LayoutError
 from tilekit.layout import banks
@@ -45,10 +45,6 @@ if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 
 from matmul import matmul, matmul_pipelined  # noqa: E402  (examples/matmul.py)
-
-needs_cuobjdump = pytest.mark.skipif(
-    not (link.available() and sass.available()),
-    reason="nvJitLink or cuobjdump is not installed (nvidia-nvjitlink, nvidia-cuda-cuobjdump)")
 
 bf16, f16, f32 = ml_dtypes.bfloat16, np.float16, np.float32
 TYPES = {"bf16": bf16, "f16": f16}

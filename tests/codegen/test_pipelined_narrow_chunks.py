@@ -27,14 +27,13 @@ import numpy as np
 import pytest
 
 import tilekit as tk
+from tests.codegen.sass_checks import needs_cuobjdump, opcodes
 from tests.codegen.test_pipelined_mma import (
     TYPES,
     accumulation_bound,
     bf16,
     f32,
     matmul_pipelined,
-    needs_cuobjdump,
-    opcodes,
     traced,
 )
 from tests.sched.builders import run

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.codegen.sass_checks import needs_cuobjdump
 from tilekit.codegen import sass
 from tilekit.codegen.size_facts import candidate_size_facts, size_facts_holding
 from tilekit.layout.tile_layouts import default_blocked
@@ -28,9 +29,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 
-needs_cuobjdump = pytest.mark.skipif(
-    not (link.available() and sass.available()),
-    reason="nvJitLink or cuobjdump is not installed (nvidia-nvjitlink, nvidia-cuda-cuobjdump)")
 
 
 @given(st.sampled_from([2, 4, 8, 16]), st.data())
