@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # the IR is imported when a kernel is first traced, not befor
 _SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
 
 
-def _hashable(value: Any) -> bool:
+def hashable(value: Any) -> bool:
+    """Whether ``value`` can key a cache (a constexpr's value must)."""
     try:
         hash(value)
     except TypeError:
@@ -76,7 +77,7 @@ def specialize_arguments(
             if value is inspect.Parameter.empty:
                 raise LaunchError(f"missing constexpr `{param.name}` of kernel `{kernel.name}`",
                                   loc)
-            if is_array(value) or not _hashable(value):
+            if is_array(value) or not hashable(value):
                 raise LaunchError(
                     f"`{param.name}` is a tk.constexpr, so it must be a compile-time constant "
                     f"(int, float, bool, str, dtype or tuple), got {type(value).__name__}", loc,

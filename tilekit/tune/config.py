@@ -17,6 +17,7 @@ from typing import Any
 from tilekit.errors import Diagnostic, LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import KernelFunction, ParamKind
+from tilekit.rt.launcher import hashable
 
 
 def json_value(value: Any) -> Any:
@@ -60,14 +61,6 @@ def _show(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
 def check_configs(kernel: KernelFunction, configs: Any, loc: SourceLoc | None) -> tuple[
         Config, ...]:
     """The canonical configs, or one ``LaunchError`` at ``loc`` listing every problem."""
@@ -98,7 +91,7 @@ def check_configs(kernel: KernelFunction, configs: Any, loc: SourceLoc | None) -
             what = "not a parameter" if all(p.name != k for p in kernel.params) else \
                 "not a tk.constexpr parameter"
             problems.append(f"config {i} sets `{k}`, which is {what} of kernel `{name}`")
-        unhashable = [k for k, v in cfg.items() if not _hashable(v) or hasattr(v, "__array__")]
+        unhashable = [k for k, v in cfg.items() if not hashable(v) or hasattr(v, "__array__")]
         for k in unhashable:
             problems.append(f"config {i} sets `{k}` to a {type(cfg[k]).__name__}, which cannot "
                             "be a compile-time constant")
