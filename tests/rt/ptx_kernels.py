@@ -12,7 +12,10 @@ n (int32), status. It is what ``add`` below means with ``BLOCK = 128`` (4 warps)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
+from typing import Any
 
 import tilekit as tk
 from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
@@ -176,3 +179,22 @@ def assert_positive_kernel(file: str, line: int, target: str = "sm_90a") -> Comp
               ParamSlot(SlotKind.STATUS, "", "uint64"))
     return CompiledKernel("assert_positive", target, "ptx", assert_positive_ptx().encode(), 4,
                           32, 0, params, (AssertSite("x must be positive", file, line, 4),), ())
+
+
+@contextlib.contextmanager
+def compiled_by_hand(monkeypatch: Any, cache_dir: str) -> Iterator[None]:
+    """Launches of this module's kernels compile to the hand-written PTX (``fake_compile``)
+    into a fresh cache at ``cache_dir``, on the GPU (the interpreter off); their loaded
+    variants are dropped before and after."""
+    from tilekit import knobs
+    from tilekit.rt import cache, device_arrays, gpu
+
+    monkeypatch.setattr(gpu, "_codegen", fake_compile)
+    monkeypatch.setattr(device_arrays, "codegen_available", lambda: True)
+    for k in (add, check_positive):
+        k._loaded.clear()
+    with knobs.override(cache_dir=cache_dir, interpret=False):
+        cache.reset_stats()
+        yield
+    for k in (add, check_positive):
+        k._loaded.clear()

@@ -673,19 +673,10 @@ def test_kernels_with_tensor_maps_keep_the_generated_function(tma_fake: Driver) 
 @pytest.fixture
 def gpu_kernels(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
     """``test_gpu``'s setting: hand-written PTX for the kernel ABI, a fresh cache."""
-    from tilekit.rt import cache, gpu
+    from .ptx_kernels import check_positive, compiled_by_hand
 
-    from .ptx_kernels import check_positive, fake_compile
-
-    monkeypatch.setattr(gpu, "_codegen", fake_compile)
-    monkeypatch.setattr(device_arrays, "codegen_available", lambda: True)
-    for k in (add, check_positive):
-        k._loaded.clear()
-    with knobs.override(cache_dir=str(tmp_path), interpret=False):
-        cache.reset_stats()
+    with compiled_by_hand(monkeypatch, str(tmp_path)):
         yield SimpleNamespace(add=add, check_positive=check_positive)
-    for k in (add, check_positive):
-        k._loaded.clear()
 
 
 def _torch() -> Any:

@@ -15,10 +15,16 @@ import pytest
 import tilekit as tk
 from tilekit import knobs
 from tilekit.errors import ExecutionError, LaunchError
-from tilekit.rt import cache, device_arrays, driver, gpu
+from tilekit.rt import cache, driver, gpu
 from tilekit.rt.launcher import Launch
 
-from .ptx_kernels import ASSERT_LINE, add, check_positive, fake_compile, vector_add_kernel
+from .ptx_kernels import (
+    ASSERT_LINE,
+    add,
+    check_positive,
+    compiled_by_hand,
+    vector_add_kernel,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -27,15 +33,8 @@ BLOCK = 128
 
 @pytest.fixture(autouse=True)
 def fake_codegen(monkeypatch: pytest.MonkeyPatch, tmp_path):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(gpu, "_codegen", fake_compile)
-    monkeypatch.setattr(device_arrays, "codegen_available", lambda: True)
-    for k in (add, check_positive):
-        k._loaded.clear()
-    with knobs.override(cache_dir=str(tmp_path), interpret=False):
-        cache.reset_stats()
+    with compiled_by_hand(monkeypatch, str(tmp_path)):
         yield
-    for k in (add, check_positive):
-        k._loaded.clear()
 
 
 def run_add(x, y, out, n: int, **kw) -> None:  # type: ignore[no-untyped-def]
