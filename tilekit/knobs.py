@@ -143,8 +143,17 @@ NATIVE_LAUNCH: Knob[bool] = Knob(
     "`tilekit info` says which one is active.",
 )
 
+WGMMA: Knob[bool] = Knob(
+    "TILEKIT_WGMMA",
+    _parse_bool,
+    True,
+    "Let `tk.dot`s fed by `tk.pipeline` stages run on wgmma with TMA (sm_90a, when the "
+    "bucket admits it; docs/tensor_cores.md). 0 keeps them on mma.sync, to compare or "
+    "to bisect. Part of the cache key; portfolios are built with it on.",
+)
+
 ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR, JITTER,
-                              RECORD, PORTFOLIO, NATIVE_LAUNCH)
+                              RECORD, PORTFOLIO, NATIVE_LAUNCH, WGMMA)
 
 _overrides: dict[str, Any] = {}
 

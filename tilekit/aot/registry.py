@@ -143,7 +143,8 @@ def untraced(kern: Any, spec_text: str, arch: str) -> Untraced | None:
     specialization (``gpu.spec_text``) and arch, or None: then trace and ask ``find``."""
     if not _env_done:
         _load_env()
-    if not _untraced or kern.name not in _by_kernel or knobs.JITTER.get():
+    if not _untraced or kern.name not in _by_kernel or knobs.JITTER.get() \
+            or not knobs.WGMMA.get():
         return None
     source = source_hash(kern)
     if source is None:
@@ -171,8 +172,8 @@ def find(module: Module, spec_text: str, size_facts_text: str, arch: str,
     if not _env_done:
         _load_env()
     known = _by_kernel.get(module.kernel.name)
-    if known is None or knobs.JITTER.get():  # portfolios are built without jitter
-        return None
+    if known is None or knobs.JITTER.get() or not knobs.WGMMA.get():  # built without jitter,
+        return None  # with wgmma
     key = key_of(module, spec_text, size_facts_text, arch)
     hit = _variants.get(key)
     if hit is not None:

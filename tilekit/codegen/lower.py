@@ -211,6 +211,10 @@ class KernelLowering:
         self.smem = self.vendor.shared_base(self.module, 0)
         if self.pipeline_bytes:  # TMA writes stages at 128-byte aligned addresses
             self.smem.align = max(self.smem.align, SCRATCH_ALIGN)
+        if self._wgmma_stages():  # wgmma stages start on the 1024-byte swizzle repeat
+            from tilekit.layout.wgmma_plan import STAGE_ALIGN
+
+            self.smem.align = max(self.smem.align, STAGE_ALIGN)
         params = iter(self.func.args)
         for arg in self.fn.args:
             t = arg.type
@@ -230,6 +234,13 @@ class KernelLowering:
         shift = self.warp_size.bit_length() - 1
         self.lane = self.pb.and_(self.physical_tid, c32(self.warp_size - 1))
         self.physical_warp = self.pb.lshr(self.physical_tid, c32(shift))
+
+    def _wgmma_stages(self) -> bool:
+        """Whether a pipeline ring is laid out for wgmma (``wgmma_plan.WgmmaStage``)."""
+        from tilekit.layout.wgmma_plan import WgmmaStage
+
+        return any(op.name == "smem_alloc" and isinstance(op.result.type.layout, WgmmaStage)
+                   for op in self.fn.walk())
 
     def _strides(self, strides: list[ir.Value], t: TensorType, name: str) -> list[ir.Value]:
         """The strides as code may assume them (the specialization's bucket facts): the

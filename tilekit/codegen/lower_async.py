@@ -127,6 +127,7 @@ from tilekit.ir.opdef import Effect
 from tilekit.ir.types import SharedType, TileType
 from tilekit.layout.mma_sync import ChunkSwizzle, StagedOperand
 from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
+from tilekit.layout.wgmma_plan import WgmmaStage
 
 #: Every stage starts on this boundary (the planner's, TMA's destination alignment).
 STAGE_ALIGN = 128
@@ -333,8 +334,9 @@ class AsyncState:
 
     def tensor_map(self, op: Operation) -> TensorMap:
         t = op.operand("tensor")
-        box = tma_box(op.attrs["shape"], t.type.dtype.itemsize, op.loc)
-        return next(m for m in self.tensor_maps if m.value is t and m.box == box)
+        box, swizzle, _ = copy_boxes(op)
+        return next(m for m in self.tensor_maps
+                    if m.value is t and m.box == box and m.swizzle == swizzle)
 
 
 def _assign_roles(block: Block, role: str, roles: dict[int, str]) -> None:
@@ -379,10 +381,24 @@ def _tensor_maps(uses: list[Operation], fn: Function, target: Target) -> list[Te
         if op.name == "copy_g2s" and op.attrs.get("padding", 0) != 0:
             raise LoweringError(f"TMA fills the edge with zeros, not {op.attrs['padding']!r}",
                                 op.loc, hints=["use engine='plain' for another padding"])
-        box = tma_box(op.attrs["shape"], t.type.dtype.itemsize, op.loc)
-        if not any(m.value is t and m.box == box for m in maps):
-            maps.append(TensorMap(t.name_hint or "tensor", t, box))
+        box, swizzle, _ = copy_boxes(op)
+        if not any(m.value is t and m.box == box and m.swizzle == swizzle for m in maps):
+            maps.append(TensorMap(t.name_hint or "tensor", t, box, swizzle))
     return maps
+
+
+def copy_boxes(op: Operation) -> tuple[tuple[int, ...], str,
+                                        list[tuple[tuple[int, ...], int]]]:
+    """The TMA box of a ``copy_g2s``/``copy_s2g``, its swizzle (a ``tma.Swizzle`` name) and
+    ``(origin, byte offset in the stage)`` of each box: a wgmma stage's swizzled boxes
+    (``WgmmaStage``), else ``tma_box``'s row-major split."""
+    ring = op.operand("dst" if op.name == "copy_g2s" else "src").type
+    if isinstance(ring, SharedType) and isinstance(ring.layout, WgmmaStage):
+        stage = ring.layout
+        return stage.box, stage.swizzle.name, stage.pieces()
+    itemsize = op.operand("tensor").type.dtype.itemsize
+    box = tma_box(op.attrs["shape"], itemsize, op.loc)
+    return box, "NONE", box_pieces(op.attrs["shape"], box, itemsize)
 
 
 # --- handles of rings and barrier rings --------------------------------------------------------
@@ -563,7 +579,7 @@ def _pipeline(L: KernelLowering, op: Operation) -> None:
 def _smem_alloc(L: KernelLowering, op: Operation) -> None:
     t = op.result.type
     assert isinstance(t, SharedType)
-    if t.layout is not None and _swizzle(t) is None:
+    if t.layout is not None and _swizzle(t) is None and not isinstance(t.layout, WgmmaStage):
         raise LoweringError(f"pipeline stages laid out as {t.layout!r} are not lowered (stages "
                             "are row-major or a 16-bit tile's ChunkSwizzle)", op.loc)
     offset = op.attrs.get("offset", 0)
@@ -689,7 +705,11 @@ def _copy_g2s(L: KernelLowering, op: Operation) -> None:
     engine = op.attrs["engine"]
     ring = _ring(L, op.operand("dst"))
     stage = ring.stage(L, _scalar32(L, op.operand("slot")))
-    if ring.type.layout is not None and engine != "cp_async":
+    if isinstance(ring.type.layout, WgmmaStage):
+        if engine != "tma":
+            raise LoweringError(f"internal: a {engine} copy into a wgmma stage (the schedule "
+                                "gives them TMA copies)", op.loc)
+    elif ring.type.layout is not None and engine != "cp_async":
         raise LoweringError(f"internal: a {engine} copy into a swizzled stage (the schedule "
                             "gives swizzled stages cp.async copies)", op.loc)
     if engine == "tma":
@@ -727,12 +747,10 @@ def _tma_load(L: KernelLowering, op: Operation, stage: ir.Value) -> None:
     _need_hopper(L, op, "a TMA copy")
     m = L.async_state.tensor_map(op)
     bar = _bars(L, op.operand("bar")).address(L, _scalar32(L, op.operand("bslot")))
-    shape = op.attrs["shape"]
-    itemsize = op.operand("tensor").type.dtype.itemsize
-    rank = len(shape)
+    rank = len(op.attrs["shape"])
     b = L.b
     with b.if_then(_elected(L)):
-        for origin, offset in box_pieces(shape, m.box, itemsize):
+        for origin, offset in copy_boxes(op)[2]:
             dst = L.shared_at(b.add(stage, c32(offset)) if offset else stage, I8)
             dst = b.addrspacecast(dst, ir.PointerType(I8, 7))  # shared::cluster
             call(b, f"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.{rank}d", ir.VoidType(), [
@@ -964,6 +982,14 @@ def _smem_read(L: KernelLowering, op: Operation) -> None:
     plan = op.attrs.get("read")
     if plan is None:
         L.define(op.result, _load_stage(L, ring, stage, layout_of(op.result), ring.type.dtype))
+        return
+    if isinstance(plan, WgmmaStage):  # wgmma reads the stage itself: the value is where
+        from tilekit.codegen.lower_wgmma import StageOperand
+
+        if plan != ring.type.layout:
+            raise LoweringError("internal: a wgmma read does not match its ring's layout",
+                                op.loc)
+        L.values[id(op.result)] = StageOperand(plan, stage)
         return
     # A stage laid out for a dot: ldmatrix straight into the fragment layout (the plan's).
     from tilekit.codegen.lower_mma import read_stage

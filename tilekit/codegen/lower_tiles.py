@@ -482,11 +482,18 @@ def _scan(L: KernelLowering, op: Operation) -> None:
 
 @rule("dot")
 def _dot(L: KernelLowering, op: Operation) -> None:
-    """``acc + a @ b``: on tensor cores when the layout pass planned it (``lower_mma``),
-    else on FMA units."""
+    """``acc + a @ b``: on tensor cores when the layout pass planned it (``lower_wgmma``,
+    ``lower_mma``), else on FMA units."""
     from tilekit.layout.mma_sync import MmaSyncPlan
 
+    from tilekit.layout.wgmma_plan import WgmmaPlan
+
     path = op.attrs.get("path")
+    if isinstance(path, WgmmaPlan):
+        from tilekit.codegen.lower_wgmma import lower_wgmma_dot
+
+        lower_wgmma_dot(L, op, path)
+        return
     if isinstance(path, MmaSyncPlan):
         from tilekit.codegen.lower_mma import lower_mma_dot
 

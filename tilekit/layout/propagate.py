@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from tilekit.errors import LayoutError
 from tilekit.ir.core import Block, Module, Operation, Value, clone_module
 from tilekit.ir.opdef import lookup
 from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY
@@ -90,6 +91,7 @@ class _Assigner:
         self.hints: dict[int, TileLayout] = {}
         self.seeded: set[int] = set()
         self.fits: dict[tuple[int, int], DotFit] = {}
+        self.wgmma_plans: dict[tuple[int, int], object] = {}  # WgmmaPlan or None
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -131,6 +133,10 @@ class _Assigner:
         from tilekit.layout.mma_sync import mma_layouts, mma_sync_misfit
 
         key = (id(op), self.o.num_warps)
+        if key not in self.fits and self.wgmma_fit(op) is not None:
+            a, b = op.operand("a"), op.operand("b")
+            self.fits[key] = (self.wgmma_fit(op).acc, self.default(a.type.shape, 2),
+                              self.default(b.type.shape, 2))
         if key not in self.fits:
             a, acc = op.operand("a").type, op.operand("acc").type
             (m, k), n = a.shape, acc.shape[1]
@@ -138,6 +144,32 @@ class _Assigner:
                                   self.o.warp_size, banks.target(self.o.bank_target))
             self.fits[key] = FmaPath(why) if why else mma_layouts(m, n, k, self.o.num_warps)
         return self.fits[key]
+
+    def wgmma_fit(self, op: Operation):
+        """The ``WgmmaPlan`` of a dot whose operands are both reads of stages the schedule
+        laid out for wgmma (``wgmma_plan.WgmmaStage`` rings), or None. The plan must use
+        the very stages the schedule made (the same warps and tile shapes)."""
+        from tilekit.layout.wgmma_plan import WgmmaStage, plan_wgmma
+
+        key = (id(op), self.o.num_warps)
+        if key in self.wgmma_plans:
+            return self.wgmma_plans[key]
+        rings = []
+        for slot in ("a", "b"):
+            owner = getattr(op.operand(slot), "owner", None)
+            ring = owner.operand("src").type if owner is not None \
+                and owner.name == "smem_read" else None
+            rings.append(ring if isinstance(ring, SharedType)
+                         and isinstance(ring.layout, WgmmaStage) else None)
+        plan = None
+        if all(r is not None for r in rings):
+            a, acc = op.operand("a").type, op.operand("acc").type
+            plan = plan_wgmma(a.shape[0], acc.shape[1], a.shape[1], a.dtype, self.o.num_warps)
+            if (plan.a, plan.b) != (rings[0].layout, rings[1].layout):
+                raise LayoutError("internal: a dot reads wgmma stages laid out for another "
+                                  f"plan ({rings[0].layout}; {rings[1].layout})", op.loc)
+        self.wgmma_plans[key] = plan
+        return plan
 
     # --- step 1b: hardware anchors, forward -------------------------------------------------
 
@@ -471,6 +503,11 @@ class _Assigner:
                     self.require_slot(op, "acc", acc)
                 op.attrs["path"] = fit
                 self.set(op.result, acc)
+            elif self.wgmma_fit(op) is not None:
+                plan = self.wgmma_fit(op)
+                self.require_slot(op, "acc", plan.acc)
+                op.attrs["path"] = plan
+                self.set(op.result, plan.acc)
             else:
                 self.assign_mma(op, *fit)
         elif name == "convert_layout":
@@ -507,10 +544,20 @@ class _Assigner:
         from tilekit.layout import banks
         from tilekit.layout.mma_sync import stage_read
 
+        from tilekit.layout.wgmma_plan import WgmmaStage
+
         ring = op.operand("src").type
         uses = self.uses.get(id(op.result), [])
         if not isinstance(ring, SharedType) or ring.layout is None or not uses:
             return None
+        if isinstance(ring.layout, WgmmaStage):
+            # wgmma reads the stage itself; the value is the stage, never registers
+            if len(uses) != 1 or uses[0][0].name != "dot" \
+                    or self.wgmma_fit(uses[0][0]) is None:
+                raise LayoutError("internal: a wgmma stage is read by something other than "
+                                  "its dot", op.loc)
+            op.attrs["read"] = ring.layout
+            return self.anchor(op)
         wants = set()
         for user, slot in uses:
             if user.name != "dot" or slot not in ("a", "b"):

@@ -92,6 +92,7 @@ def cache_key(module: Module, spec: Specialization, arch: str,
     fn = module.kernel
     source = str(fn.loc.file) if fn.loc is not None else ""
     jitter = "|jitter" if knobs.JITTER.get() else ""
+    jitter += "" if knobs.WGMMA.get() else "|no-wgmma"
     return cache.CacheKey.of(fn.name, print_module(module, with_locs=True),
                              f"{source}|{spec_text(spec)}|divisible={size_facts_text(divisible)}"
                              f"{jitter}", arch)

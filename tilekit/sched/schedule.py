@@ -63,6 +63,8 @@ from tilekit.sched.engines import (
     target_arch,
     tile_bytes,
 )
+from tilekit.layout.wgmma_plan import STAGE_ALIGN as WGMMA_STAGE_ALIGN
+from tilekit.layout.wgmma_plan import WgmmaStage
 from tilekit.sched.report import RoleMode, RolePlan, ScheduleReport, StreamReport
 from tilekit.sched.smem_plan import Buffer, Request, SmemPlan, plan_shared_memory
 
@@ -93,6 +95,12 @@ class _Pipeline:
     through: frozenset[int] = frozenset()
 
     @property
+    def late_release(self) -> bool:
+        """A stage wgmma reads is released after the body: the dot's reads of shared
+        memory are asynchronous and end only at its ``wgmma.wait_group``."""
+        return any(isinstance(s.feeds, WgmmaStage) for s in self.streams)
+
+    @property
     def loc(self) -> SourceLoc | None:
         return self.op.loc
 
@@ -115,7 +123,8 @@ class _Pipeline:
         return f"p{self.key}.{which}"
 
     def buffers(self) -> tuple[Buffer, ...]:
-        rings = [Buffer.ring(self.ring_name(k), s.tile_bytes, self.stages)
+        rings = [Buffer.ring(self.ring_name(k), s.tile_bytes, self.stages,
+                             WGMMA_STAGE_ALIGN if isinstance(s.feeds, WgmmaStage) else None)
                  for k, s in enumerate(self.streams)]
         return (*rings, Buffer.barriers(self.bar_name("full"), self.stages),
                 Buffer.barriers(self.bar_name("empty"), self.stages))
@@ -184,7 +193,7 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
             num_warps: int, divisible: frozenset[SizeFact]) -> _Pipeline:
     specs: tuple[StreamSpec, ...] = op.attrs["streams"]
     forced = _forced(op)
-    streams = []
+    reports, facts_of = [], []
     for k, (spec, tensor) in enumerate(zip(specs, op.variadic("tensors"))):
         facts = _facts(fn, tensor)
         decision: EngineDecision = choose_engine(facts, spec.shape, spec.padding, tgt.name,
@@ -195,9 +204,67 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
                               decision, tile_bytes(spec.shape, facts.dtype), guarded)
         if not admissible(decision):
             raise _not_admissible(op, report, facts, tgt.name)
-        streams.append(_dot_feed(op, report, facts, tgt, num_warps))
-    return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams),
-                     _roles(op, tgt, num_warps), _stored_through(fn, op, streams, tgt))
+        reports.append(report)
+        facts_of.append(facts)
+    roles = _roles(op, tgt, num_warps)
+    consumer_warps = roles.consumer_warps if roles.mode is RoleMode.SPECIALIZED else num_warps
+    wgmma = _wgmma_feeds(op, reports, facts_of, tgt, consumer_warps)
+    streams = [wgmma.get(k) or _dot_feed(op, r, f, tgt, num_warps)
+               for k, (r, f) in enumerate(zip(reports, facts_of))]
+    return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams), roles,
+                     _stored_through(fn, op, streams, tgt))
+
+
+def _wgmma_feeds(op: Operation, streams: list[StreamReport], facts: list[TensorFacts],
+                 tgt: Target, num_warps: int) -> dict[int, StreamReport]:
+    """The streams whose stages wgmma reads through descriptors (sm_90a): for each dot
+    whose ``a`` and ``b`` are the tiles of two TMA streams that nothing else reads, and
+    that fits wgmma (``wgmma_plan.wgmma_misfit``), both streams' TMA boxes become the
+    plan's swizzled boxes (``wgmma_plan.wgmma_stage``), asked again of the layout library
+    on the bucket's weakest tensor. Anything short of that leaves the streams to
+    ``_dot_feed`` (mma.sync)."""
+    from dataclasses import replace
+
+    from tilekit.errors import LayoutError
+    from tilekit.layout import tma
+    from tilekit.layout.wgmma_plan import plan_wgmma, wgmma_misfit
+
+    from tilekit import knobs
+
+    arch = target_arch(tgt.name)
+    if arch != 90 or not tgt.name.endswith("a") or not knobs.WGMMA.get():
+        return {}
+    args = op.regions[0].block.args[1:1 + len(streams)]
+    out: dict[int, StreamReport] = {}
+    for dot in (o for o in op.walk() if o.name == "dot"):
+        ks = [next((k for k, a in enumerate(args) if a is dot.operand(slot)), None)
+              for slot in ("a", "b")]
+        if None in ks or ks[0] == ks[1] or any(k in out for k in ks):
+            continue
+        if any(_dot_uses(op, k) != [(dot, slot)] for k, slot in zip(ks, ("a", "b"))):
+            continue
+        if any(streams[k].engine is not Engine.TMA for k in ks):
+            continue
+        a, acc = dot.operand("a").type, dot.operand("acc").type
+        (m, kk), n = a.shape, acc.shape[1]
+        if wgmma_misfit(m, n, kk, a.dtype, acc.dtype, num_warps, arch) is not None:
+            continue
+        try:
+            plan = plan_wgmma(m, n, kk, a.dtype, num_warps)
+        except LayoutError:
+            continue
+        found = {}
+        for k, stage in zip(ks, (plan.a, plan.b)):
+            witness = facts[k].witness(stage.box)
+            verdict = tma.tma_admissibility(
+                tma.TmaRequest(witness, stage.box, swizzle=stage.swizzle), arch=arch)
+            if verdict.params is None:
+                break
+            found[k] = replace(streams[k], feeds=stage,
+                               decision=replace(streams[k].decision, tma=verdict.params))
+        if len(found) == 2:
+            out.update(found)
+    return out
 
 
 def _dot_uses(op: Operation, k: int) -> list[tuple[Operation, str]]:
@@ -426,7 +493,7 @@ def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> tuple[list, Valu
     e.op("mbarrier_wait", {"bar": r.full, "slot": slot, "parity": parity})
     tiles = [None if k in p.through else e.op("smem_read", {"src": buf, "slot": slot}).result
              for k, buf in enumerate(r.bufs)]
-    if not p.through:
+    if not p.through and not p.late_release:
         _release(e, p, r, slot)
     return tiles, slot
 
@@ -491,7 +558,10 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
         name = p.ring_name(k)
         attrs = {"shape": s.shape, "dtype": s.dtype, "stages": S, "name": name,
                  "offset": place.offset(name)}
-        if s.feeds is not None:  # the stage as the dot's ldmatrix reads it
+        if isinstance(s.feeds, WgmmaStage):  # TMA's swizzled boxes, read by wgmma
+            attrs["layout"] = s.feeds
+            attrs["stage_bytes"] = -(-s.tile_bytes // WGMMA_STAGE_ALIGN) * WGMMA_STAGE_ALIGN
+        elif s.feeds is not None:  # the stage as the dot's ldmatrix reads it
             attrs["layout"] = s.feeds.swizzle
         bufs.append(e.op("smem_alloc", attrs=attrs).result)
     full = e.op("mbarrier_alloc", attrs={
@@ -516,11 +586,12 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
                 j = emit.binary("add", i, S - 1)
                 emit.when(emit.binary("lt", j, n), lambda: _produce_at(emit, p, rings, j))
             tiles, slot = _consume(emit, p, rings, i)
-            if not p.through:
+            if not p.through and not p.late_release:
                 return _splice_body(p, emit.b.block, i, tiles, carried, remap)
             inner = Block()  # the body apart, its stores rewritten, then the release
             yields = _splice_body(p, inner, i, tiles, carried, remap)
-            _store_through(emit, p, rings, inner, slot)
+            if p.through:
+                _store_through(emit, p, rings, inner, slot)
             for o in inner.ops:
                 emit.b.block.append(o)
             _release(emit, p, rings, slot)

@@ -48,8 +48,11 @@ class Buffer:
     is_barrier: bool = False
 
     @staticmethod
-    def ring(name: str, tile_bytes: int, stages: int) -> Buffer:
-        return Buffer(name, stages * stage_bytes(tile_bytes), STAGE_ALIGN)
+    def ring(name: str, tile_bytes: int, stages: int, align: int | None = None) -> Buffer:
+        """``stages`` stages of a tile, each on ``align`` (128 bytes by default; a wgmma
+        stage starts on its swizzle's 1024-byte repeat)."""
+        align = align or STAGE_ALIGN
+        return Buffer(name, stages * round_up(tile_bytes, align), align)
 
     @staticmethod
     def barriers(name: str, count: int) -> Buffer:
@@ -128,12 +131,13 @@ def plan_shared_memory(requests: Sequence[Request], *, limit: int,
     placed: list[tuple[Request, PipelinePlacement]] = []
     for req in sorted(requests, key=lambda r: (r.live[0], r.key)):
         size = footprint(req.buffers)
+        align = max([STAGE_ALIGN, *(b.align for b in req.buffers)])
         busy = sorted((p.base, p.end) for r, p in placed if r.overlaps(req))
         base = 0
         for lo, hi in busy:  # first fit: the lowest gap that holds this pipeline
             if base + size <= lo:
                 break
-            base = max(base, round_up(hi, STAGE_ALIGN))
+            base = max(base, round_up(hi, align))
         buffers = layout_buffers(req.buffers, base)
         reuses = tuple(sorted(r.key for r, p in placed
                               if p.base < base + size and base < p.end))
