@@ -120,6 +120,17 @@ class KernelLowering:
         self.pipeline_bytes = pipeline_smem_bytes
         self.scratch_base = _round_up(pipeline_smem_bytes, SCRATCH_ALIGN)
         self.scratch_bytes = 0
+        # After the last pipeline ended (its final CTA barrier, then its barriers'
+        # invalidation), an op's scratch starts at 0, over the drained stages, when it fits
+        # below the first mbarrier: an epilogue's conversion of a large accumulator then
+        # needs no room beside the rings (the invalidation may still be running).
+        self.after_pipelines = False
+        self.late_scratch_bytes = 0
+        self._scratch_at = self.scratch_base
+        self._last_pipeline_op = next((id(op) for op in reversed(fn.entry.ops)
+                                       if op.name == "mbarrier_inval"), None)
+        self._late_limit = min((op.attrs.get("offset", 0) for op in fn.walk()
+                                if op.name == "mbarrier_alloc"), default=0)
         # A global store or atomic since the last barrier: a later read by another thread
         # of the program must see it (the interpreter runs a program in order).
         self.dirty = False
@@ -369,19 +380,26 @@ class KernelLowering:
             # The producer role runs beside the consumer role, which owns the scratch.
             raise LoweringError("internal: an op in the producer role of a warp-specialized "
                                 "pipeline needs shared-memory scratch")
-        self.scratch_bytes = max(self.scratch_bytes, nbytes)
+        if self.after_pipelines and nbytes <= self._late_limit:
+            self.late_scratch_bytes = max(self.late_scratch_bytes, nbytes)
+            self._scratch_at = 0
+        else:
+            self.scratch_bytes = max(self.scratch_bytes, nbytes)
+            self._scratch_at = self.scratch_base
 
     @property
     def shared_bytes(self) -> int:
-        """The dynamic shared memory the kernel needs: the pipelines' area, then scratch."""
-        if not self.scratch_bytes:
-            return self.pipeline_bytes
-        return self.scratch_base + self.scratch_bytes
+        """The dynamic shared memory the kernel needs: the pipelines' area, then the scratch
+        used while they run; or the scratch used after them, from 0, when that is more."""
+        during = self.pipeline_bytes
+        if self.scratch_bytes:
+            during = self.scratch_base + self.scratch_bytes
+        return max(during, self.late_scratch_bytes)
 
     def smem_ptr(self, byte_offset: ir.Value, elem: ir.Type) -> ir.Value:
         """A scratch address: ``byte_offset`` from the start of the scratch area."""
-        if self.scratch_base:
-            byte_offset = self.b.add(byte_offset, c32(self.scratch_base))
+        if self._scratch_at:
+            byte_offset = self.b.add(byte_offset, c32(self._scratch_at))
         return self.shared_at(byte_offset, elem)
 
     def shared_at(self, byte_offset: ir.Value, elem: ir.Type) -> ir.Value:
@@ -514,6 +532,8 @@ class KernelLowering:
             raise LoweringError(f"no lowering for `{op.name}` on {self.target.name}", op.loc)
         try:
             fn(self, op)
+            if id(op) == self._last_pipeline_op:
+                self.after_pipelines = True
         except TilekitError:
             raise
         except NotImplementedError as exc:
@@ -690,6 +710,14 @@ def _for(L: KernelLowering, op: Operation) -> None:
     b.position_at_end(exit_bb)
     if writes:
         L.dirty = True
+    drained = op.attrs.get("wgmma_drain", ())
+    if drained:  # a pipelined wgmma dot's last group is still in flight: wait for it
+        from tilekit.codegen.lower_wgmma import drain
+
+        flat = [v for k in drained for v in phis[k]]
+        out = iter(drain(b, flat))
+        for k in drained:
+            phis[k] = [next(out) for _ in phis[k]]
     for res, row in zip(op.results, phis):
         L.values[id(res)] = list(row)
 

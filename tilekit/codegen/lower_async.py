@@ -510,6 +510,7 @@ def lower_entry(L: KernelLowering, fn: Function) -> None:
                 have.update(id(r) for r in op.results)
         b.ret_void()
     b.position_at_end(consumer_bb)
+    L.after_pipelines = False  # the producer view passed the last pipeline, this one not yet
     with L.as_role(split.consumer):
         _set_max_registers(L, "inc", split)
         for op in fn.entry.ops:

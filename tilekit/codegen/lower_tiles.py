@@ -485,7 +485,6 @@ def _dot(L: KernelLowering, op: Operation) -> None:
     """``acc + a @ b``: on tensor cores when the layout pass planned it (``lower_wgmma``,
     ``lower_mma``), else on FMA units."""
     from tilekit.layout.mma_sync import MmaSyncPlan
-
     from tilekit.layout.wgmma_plan import WgmmaPlan
 
     path = op.attrs.get("path")

@@ -8,7 +8,10 @@ Both operands are pipeline stages that TMA filled in the plan's swizzled boxes; 
 * per k step, per 64-row block of the warpgroup, one ``wgmma.mma_async.m64nNk16`` with the
   plan's descriptors plus the stages' shared addresses (the plan's are relative to a
   stage on the 1024-byte repeat; the warpgroup's A rows add ``a_warpgroup_step``);
-* ``wgmma.commit_group`` and ``wgmma.wait_group 0``.
+* ``wgmma.commit_group`` and ``wgmma.wait_group 0``, or ``wgmma.wait_group 1`` when the
+  schedule lets the group run on into the next step (the dot's ``wgmma_pending``: its
+  result is only carried into the next such dot); the pipeline's loop then waits for the
+  last group at its exit (``drain``), and releases each stage one step late.
 
 The accumulator is ``MmaEncoding(ACC, (warps, 1))``: the registers of M repeat ``i`` are
 the D registers of block ``i``'s instruction, in order. The instruction and the wait are
@@ -32,7 +35,7 @@ from tilekit.layout.wgmma_plan import WARPGROUP_WARPS, WgmmaPlan, WgmmaStage
 
 F32 = ir.FloatType()
 
-__all__ = ["StageOperand", "lower_wgmma_dot"]
+__all__ = ["StageOperand", "drain", "lower_wgmma_dot"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def lower_wgmma_dot(L: KernelLowering, op: Operation, plan: WgmmaPlan) -> None:
             part = accs[i * per_block:(i + 1) * per_block]
             accs[i * per_block:(i + 1) * per_block] = _mma(b, plan, part, ad, bd, one)
     b.call(_void_asm("wgmma.commit_group.sync.aligned;"), [])
-    L.define(op.result, _wait(b, accs))
+    L.define(op.result, _wait(b, accs, op.attrs.get("wgmma_pending", 0)))
 
 
 def _operand(L: KernelLowering, op: Operation, slot: str) -> StageOperand:
@@ -119,9 +122,17 @@ def _fence(b: ir.IRBuilder, accs: list[ir.Value]) -> list[ir.Value]:
     return _tied(b, "wgmma.fence.sync.aligned;", accs)
 
 
-def _wait(b: ir.IRBuilder, accs: list[ir.Value]) -> list[ir.Value]:
-    """``wgmma.wait_group 0``; the accumulator as it is once every wgmma completed."""
-    return _tied(b, "wgmma.wait_group.sync.aligned 0;", accs)
+def _wait(b: ir.IRBuilder, accs: list[ir.Value], pending: int = 0) -> list[ir.Value]:
+    """``wgmma.wait_group pending``: the accumulator as it is once at most ``pending``
+    groups are in flight (with 1, this dot's group may still be: the values flow on,
+    tied, into the next dot or ``drain``)."""
+    return _tied(b, f"wgmma.wait_group.sync.aligned {pending};", accs)
+
+
+def drain(b: ir.IRBuilder, accs: list[ir.Value]) -> list[ir.Value]:
+    """At the exit of a pipeline's loop whose dots left their last group in flight
+    (``wgmma_drain``): wait for every group; the accumulator's final values."""
+    return _wait(b, accs, 0)
 
 
 def _mma(b: ir.IRBuilder, plan: WgmmaPlan, accs: list[ir.Value], a_desc: ir.Value,

@@ -635,7 +635,9 @@ class ProtocolState:
 
     # --- reads and generic writes of shared memory ---------------------------------------
 
-    def read(self, ring: Ring, slot: int, role: str) -> Any:
+    def read(self, ring: Ring, slot: int, role: str, proxy: str = "generic") -> Any:
+        """``role`` reads ``ring[slot]``: through the generic proxy (loads, ldmatrix), which
+        needs a fence before a TMA copy refills the slot, or the async proxy (wgmma)."""
         s = self._slot(ring, slot)
         where = f"stage {slot} of `{ring.name}`"
         if s.in_flight is not None:
@@ -651,6 +653,9 @@ class ProtocolState:
                 f"(write {s.gen}) to complete")
         s.readers[role] = s.gen
         self._pending(role)[("r", id(ring), slot, role)] = s.gen
+        if proxy == "async":  # already the async proxy's: as if fenced (an "ra" fact)
+            self._pending(role)[("ra", id(ring), slot, role)] = s.gen
+            return s.data
         unfenced = self.unfenced_reads.get(role)
         if unfenced is None:
             unfenced = self.unfenced_reads[role] = {}

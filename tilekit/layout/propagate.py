@@ -543,7 +543,6 @@ class _Assigner:
         anchor layout, through the stage's swizzle)."""
         from tilekit.layout import banks
         from tilekit.layout.mma_sync import stage_read
-
         from tilekit.layout.wgmma_plan import WgmmaStage
 
         ring = op.operand("src").type

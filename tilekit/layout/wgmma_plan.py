@@ -40,7 +40,6 @@ from tilekit.layout.tile_layouts import MmaEncoding, MmaOperand, TileLayout
 from tilekit.layout.wgmma import (
     WgmmaDescriptor,
     WgmmaOperandSpec,
-    WgmmaSwizzle,
     WgmmaType,
     wgmma_admissibility,
 )
@@ -70,6 +69,10 @@ class WgmmaStage:
     elem_bytes: int
     box_cols: int
     swizzle: tma.Swizzle
+
+    #: wgmma reads the stage through the async proxy, as TMA writes it: a refill needs no
+    #: proxy fence after it (``tilekit.ir.async_protocol``).
+    read_by_async_proxy = True
 
     @property
     def box(self) -> tuple[int, int]:
@@ -143,7 +146,8 @@ def wgmma_misfit(m: int, n: int, k: int, inputs: DType, acc: DType, num_warps: i
     """None when ``acc[m, n] += a[m, k] @ b[k, n]`` fits wgmma with ``num_warps`` warps,
     else why not (module docstring)."""
     if arch != 90:
-        return f"wgmma needs sm_90a, the target is {'sm_%s' % arch if arch else 'not NVIDIA'}"
+        target = f"sm_{arch}" if arch else "not NVIDIA"
+        return f"wgmma needs sm_90a, the target is {target}"
     if inputs not in _TYPES:
         return f"operands are {inputs.short}, wgmma here takes f16 or bf16"
     if acc is not DType.FLOAT32:

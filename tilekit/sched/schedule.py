@@ -51,6 +51,8 @@ from tilekit.ir.dtypes import DType
 from tilekit.ir.ops.asynchronous import StreamSpec, stream_indices
 from tilekit.ir.passes import should_dump
 from tilekit.ir.verifier import verify
+from tilekit.layout.wgmma_plan import STAGE_ALIGN as WGMMA_STAGE_ALIGN
+from tilekit.layout.wgmma_plan import WgmmaStage
 from tilekit.sched.engines import (
     Engine,
     EngineDecision,
@@ -63,8 +65,6 @@ from tilekit.sched.engines import (
     target_arch,
     tile_bytes,
 )
-from tilekit.layout.wgmma_plan import STAGE_ALIGN as WGMMA_STAGE_ALIGN
-from tilekit.layout.wgmma_plan import WgmmaStage
 from tilekit.sched.report import RoleMode, RolePlan, ScheduleReport, StreamReport
 from tilekit.sched.smem_plan import Buffer, Request, SmemPlan, plan_shared_memory
 
@@ -93,6 +93,14 @@ class _Pipeline:
     # Streams whose tiles the body only stores, unchanged, into a box a TMA store can write:
     # those stores become bulk stores straight from the stage (no registers, no reads).
     through: frozenset[int] = frozenset()
+    # The carried values that are the accumulator of a wgmma dot left in flight at the end
+    # of each step (``wgmma_pending`` 1): each stage is then released one step later, and
+    # the loop drains the last group at its exit (``wgmma_drain``). Empty: no lag.
+    lagged: tuple[int, ...] = ()
+
+    @property
+    def lag(self) -> int:
+        return 1 if self.lagged else 0
 
     @property
     def late_release(self) -> bool:
@@ -211,8 +219,43 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
     wgmma = _wgmma_feeds(op, reports, facts_of, tgt, consumer_warps)
     streams = [wgmma.get(k) or _dot_feed(op, r, f, tgt, num_warps)
                for k, (r, f) in enumerate(zip(reports, facts_of))]
+    lagged = _lagged(op, streams) if op.attrs["stages"] >= 2 else ()
     return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams), roles,
-                     _stored_through(fn, op, streams, tgt))
+                     _stored_through(fn, op, streams, tgt), lagged)
+
+
+def _lagged(op: Operation, streams: list[StreamReport]) -> tuple[int, ...]:
+    """The carried values (indices) whose wgmma dots may stay in flight across a step: a
+    dot at the body's top level that reads wgmma stages, whose result the body only
+    yields (as carried value k) and whose accumulator is carried value k itself, read by
+    nothing else. Those dots are marked ``wgmma_pending = 1``: each waits for the previous
+    step's group only, so the tensor cores are never idle between steps. The stage a
+    group reads is released once the next step's wait returned."""
+    if not any(isinstance(s.feeds, WgmmaStage) for s in streams):
+        return ()
+    body = op.regions[0].block
+    term = body.terminator
+    carried = body.args[1 + len(streams):]
+    args = body.args[1:1 + len(streams)]
+    out = []
+    for dot in body.ops:
+        if dot.name != "dot" or not any(dot.operand(s) is a for s in ("a", "b") for a in args):
+            continue
+        k = next((k for k, v in enumerate(term.operands) if v is dot.result), None)
+        if k is None or k >= len(carried) or dot.operand("acc") is not carried[k]:
+            return ()
+        if [o for o in op.walk() if o is not term and any(v is dot.result for v in o.operands)]:
+            return ()
+        if [o for o in op.walk() if o is not dot and any(v is carried[k] for v in o.operands)]:
+            return ()
+        if sum(v is dot.result for v in term.operands) != 1:
+            return ()
+        out.append((k, dot))
+    if len(out) != 1:
+        return ()
+    k, dot = out[0]
+    dot.attrs["wgmma_pending"] = 1
+    return (k,)
 
 
 def _wgmma_feeds(op: Operation, streams: list[StreamReport], facts: list[TensorFacts],
@@ -225,11 +268,10 @@ def _wgmma_feeds(op: Operation, streams: list[StreamReport], facts: list[TensorF
     ``_dot_feed`` (mma.sync)."""
     from dataclasses import replace
 
+    from tilekit import knobs
     from tilekit.errors import LayoutError
     from tilekit.layout import tma
     from tilekit.layout.wgmma_plan import plan_wgmma, wgmma_misfit
-
-    from tilekit import knobs
 
     arch = target_arch(tgt.name)
     if arch != 90 or not tgt.name.endswith("a") or not knobs.WGMMA.get():
@@ -498,8 +540,18 @@ def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> tuple[list, Valu
     return tiles, slot
 
 
+def _release_lagged(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> None:
+    """when i >= 1: release stage ``(i - 1) % S`` (its wgmma group just completed)."""
+    def release() -> None:
+        _release(e, p, r, e.binary("mod", e.binary("sub", i, 1), p.stages))
+
+    e.when(e.binary("ge", i, 1), release)
+
+
 def _release(e: _Emitter, p: _Pipeline, r: _Rings, slot: Value) -> None:
-    if p.tma_bytes:
+    generic_reads = any(k not in p.through and not isinstance(s.feeds, WgmmaStage)
+                        for k, s in enumerate(p.streams))
+    if p.tma_bytes and generic_reads:
         # The next TMA copy into this stage writes through the async proxy: the reads
         # above (generic proxy) are ordered before it only by a proxy fence in the reading
         # threads. Without it the H100 let copies overtake reads (a copy of 8192 x 8192
@@ -582,8 +634,8 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
     def consumer_loop(emit: _Emitter, carried_in: Sequence[Value], prefetch: bool
                       ) -> Operation:
         def step(i: Value, carried: list[Value]) -> list[Value]:
-            if prefetch:  # when i + S-1 < n: produce(i + S-1)
-                j = emit.binary("add", i, S - 1)
+            if prefetch:  # when i + D < n: produce(i + D), D = S-1 (S-2 with a lag)
+                j = emit.binary("add", i, S - 1 - p.lag)
                 emit.when(emit.binary("lt", j, n), lambda: _produce_at(emit, p, rings, j))
             tiles, slot = _consume(emit, p, rings, i)
             if not p.through and not p.late_release:
@@ -594,13 +646,20 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
                 _store_through(emit, p, rings, inner, slot)
             for o in inner.ops:
                 emit.b.block.append(o)
-            _release(emit, p, rings, slot)
+            if p.lag:
+                _release_lagged(emit, p, rings, i)
+            else:
+                _release(emit, p, rings, slot)
             return yields
 
-        return emit.loop(zero, n, carried_in, step)
+        loop = emit.loop(zero, n, carried_in, step)
+        if p.lag:  # the last group completes at the loop's exit; then its stage is free
+            loop.attrs["wgmma_drain"] = p.lagged
+            _release_lagged(emit, p, rings, n)
+        return loop
 
     if p.roles.mode is RoleMode.UNIFORM:
-        for j in range(S - 1):  # the prologue, unrolled: when j < n: produce(j)
+        for j in range(S - 1 - p.lag):  # the prologue, unrolled: when j < n: produce(j)
             jv = e.const(j)
             e.when(e.binary("lt", jv, n),
                    lambda jv=jv, j=j: _produce(e, p, rings, jv, e.const(j % S),

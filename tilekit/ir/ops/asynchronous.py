@@ -320,9 +320,17 @@ def _infer_smem_read(sig: Signature) -> list[Type]:
     return [ring.tile]
 
 
+def _read_proxy(op) -> str:  # noqa: ANN001  (an Operation)
+    """A stage laid out for an async-proxy reader (wgmma) is read through the async proxy."""
+    layout = op.operand("src").type.layout
+    return "async" if getattr(layout, "read_by_async_proxy", False) else "generic"
+
+
 define("smem_read", ["src", "slot"], _infer_smem_read,
-       lambda ctx, op, args: [np.array(ctx.protocol.read(args[0], int(args[1]), _role(ctx)))],
-       effects=ASYNC, doc="a stage's tile, read from shared memory into registers")
+       lambda ctx, op, args: [np.array(ctx.protocol.read(args[0], int(args[1]), _role(ctx),
+                                                         _read_proxy(op)))],
+       effects=ASYNC, doc="a stage's tile, read from shared memory into registers (or, for a "
+                          "wgmma stage, by the dot itself through the async proxy)")
 
 
 def _infer_smem_write(sig: Signature) -> list[Type]:
