@@ -9,6 +9,16 @@ bf16 inputs, fresh random for every shape, f32 accumulation everywhere; TFLOP/s 
   and, for a kernel that takes ``STAGES``, stage counts (3 and 4), named in the table;
   C float32. A config that does not compile or fit (shared memory, registers) is skipped
   with the reason printed; one over 3x slower than the best so far keeps a rough time.
+  Each runs on one program per block of C, but for two, which have rows of their own:
+  ``matmul_persistent`` on ``persistent_grid`` programs (one per SM, at most one per
+  block; ``--set PROGRAMS=N`` fixes N), its label saying ``P=N``; and ``matmul_split_k``,
+  on the skinny shapes only (M <= 128), launched with its reduction by ``run_split_k``
+  (both kernels are timed, the workspace allocated once), ``SPLIT_K`` picked by
+  ``split_k_for``: 1 when C's blocks alone fill the SMs (the config is then skipped:
+  that is ``matmul_pipelined`` plus a copy), else as few slices as give every SM a
+  program, ``cdiv(SMs, blocks)``, but no more than leave 8 K steps per slice
+  (``--set SPLIT_K=N`` fixes N); its label says ``SPLIT_K=N``. ``--kernels`` takes a
+  kernel's name with or without its ``matmul_`` (``persistent``, ``split_k``).
 * cuBLAS: ``torch.matmul`` (bf16 out, what users get) and, where this torch has
   ``torch.mm(..., out_dtype=torch.float32)``, f32 out (the same output as tilekit's).
 * Triton: the tutorial-style matmul (grouped program order) under ``@triton.autotune``
@@ -42,7 +52,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -75,6 +85,11 @@ SKINNY_TILES: list[Tile] = [(16, 128, 64), (32, 128, 64), (16, 256, 64)]
 # (``matmul_pipelined``'s stage count), every tile with each; ``--set NAME=VALUE`` fixes one.
 SWEEPS: dict[str, tuple[int, ...]] = {"STAGES": (3, 4)}
 QUICK_SWEEPS: dict[str, tuple[int, ...]] = {"STAGES": (3,)}
+
+# M up to this is skinny: the SKINNY_TILES are tried and split-K runs.
+SKINNY_M = 128
+# ``--set`` names that choose how a kernel is launched rather than a constexpr.
+LAUNCH_SETTINGS = ("PROGRAMS", "SPLIT_K")
 
 # Triton's configs: (BM, BN, BK, stages, warps), the tutorial's CUDA list and two more
 # for small M.
@@ -127,7 +142,8 @@ def config_label(tile: Sequence[int], extra: dict[str, int]) -> str:
 
 def tiles_for(shape: Shape, tiles: list[Tile], skinny: bool) -> list[Tile]:
     """The tiles tried on ``shape``: the list, plus the skinny ones when M is small."""
-    extra = [t for t in SKINNY_TILES if t not in tiles] if skinny and shape[0] <= 128 else []
+    extra = [t for t in SKINNY_TILES if t not in tiles] if skinny and shape[0] <= SKINNY_M \
+        else []
     return tiles + extra
 
 
@@ -211,7 +227,7 @@ def tilekit_matmuls(only: Sequence[str] | None, settings: dict[str, int],
     for name, obj in vars(module).items():
         if not isinstance(obj, tk.JITKernel) or "matmul" not in name:
             continue
-        if only and name not in only:
+        if only and name not in only and name.removeprefix("matmul_") not in only:
             continue
         consts = [p for p in obj.params if p.kind is ParamKind.CONSTEXPR]
         others = [p for p in obj.params if p.kind is not ParamKind.CONSTEXPR]
@@ -240,8 +256,10 @@ def tilekit_matmuls(only: Sequence[str] | None, settings: dict[str, int],
         found[name] = (obj, [dict(zip(values, combo))
                              for combo in itertools.product(*values.values())])
     if only:
+        known = {*found, *(n.removeprefix("matmul_") for n in found)}
         notes += [f"tilekit `{n}`: examples/matmul.py has no such kernel" for n in only
-                  if n not in found and not any(f"`{n}`" in note for note in notes)]
+                  if n not in known and not any(f"`{n}`" in note or f"`matmul_{n}`" in note
+                                                for note in notes)]
     return found, notes
 
 
@@ -272,9 +290,50 @@ def describe(res: dict) -> str:
     return " (" + ", ".join(p for p in parts if p) + ")"
 
 
+class Launch(NamedTuple):
+    """How one config runs: ``run()`` computes C; ``args`` are the kernel's own arguments
+    (for the resource probe); ``choices`` are the launch's choices beyond the constexprs
+    (named in the label); ``skip`` says why it does not run on this shape, if so."""
+
+    run: Callable[[], None]
+    args: tuple[Any, ...]
+    choices: dict[str, int]
+    skip: str | None = None
+
+
+def applies(name: str, shape: Shape) -> bool:
+    """Whether a kernel has a row for ``shape``: split-K for the skinny shapes only."""
+    return name != "matmul_split_k" or shape[0] <= SKINNY_M
+
+
+def launch_for(torch: Any, name: str, kern: Any, shape: Shape, consts: dict[str, int],
+               a: Any, b: Any, c: Any, settings: dict[str, int], sms: int) -> Launch:
+    """One program per block of C; ``matmul_persistent`` on ``persistent_grid`` programs;
+    ``matmul_split_k`` with its workspace and reduction (``run_split_k``), SPLIT_K by
+    ``split_k_for`` (or ``--set``)."""
+    M, N, K = shape
+    BM, BN, BK = consts["BM"], consts["BN"], consts["BK"]
+    ex = importlib.import_module("examples.matmul")
+    if name == "matmul_persistent":
+        programs = settings.get("PROGRAMS") or ex.persistent_grid(M, N, BM, BN, sms)
+        return Launch(lambda: kern[programs](a, b, c, K, **consts), (a, b, c, K),
+                      dict(P=programs))
+    if name == "matmul_split_k":
+        split = settings.get("SPLIT_K") or ex.split_k_for(M, N, K, BM, BN, BK, sms)
+        workspace = torch.empty(split, M, N, device=a.device, dtype=torch.float32)
+        steps = torch.zeros(ex.split_k_steps(K, BK, split), device=a.device, dtype=torch.int32)
+        skip = None if split > 1 else ("SPLIT_K=1: the blocks fill the SMs (that is "
+                                       "matmul_pipelined plus a copy)")
+        return Launch(lambda: ex.run_split_k(a, b, c, BM, BN, BK, consts["STAGES"], split,
+                                             workspace, steps),
+                      (a, b, workspace, steps), dict(SPLIT_K=split), skip)
+    grid = (tk.cdiv(M, BM), tk.cdiv(N, BN))
+    return Launch(lambda: kern[grid](a, b, c, K, **consts), (a, b, c, K), {})
+
+
 def run_tilekit(torch: Any, name: str, kern: Any, extras: list[dict[str, int]], shape: Shape,
                 tiles: list[Tile], a: Any, b: Any, ref: Any, ref_max: float,
-                timing: dict[str, Any]) -> dict[str, Any]:
+                timing: dict[str, Any], settings: dict[str, int], sms: int) -> dict[str, Any]:
     """Every config (tile, and extra constexprs) of one tilekit kernel on one shape: checked,
     then timed; the best."""
     M, N, K = shape
@@ -283,20 +342,22 @@ def run_tilekit(torch: Any, name: str, kern: Any, extras: list[dict[str, int]], 
     for tile, extra in itertools.product(tiles, extras):
         BM, BN, BK = tile
         consts = dict(BM=BM, BN=BN, BK=BK, **extra)
-        grid = (tk.cdiv(M, BM), tk.cdiv(N, BN))
-        entry: dict[str, Any] = dict(tile=list(tile), constexprs=consts,
-                                     label=config_label(tile, extra))
+        launch = launch_for(torch, name, kern, shape, consts, a, b, c, settings, sms)
+        entry: dict[str, Any] = dict(tile=list(tile), constexprs=consts, launch=launch.choices,
+                                     label=config_label(tile, {**extra, **launch.choices}))
         configs.append(entry)
         head = f"  tilekit {name} {entry['label']}"
-        res, why = resources(kern, (a, b, c, K), consts)
+        if launch.skip:
+            entry["skipped"] = launch.skip
+            print(f"{head}: skipped, {launch.skip}", flush=True)
+            continue
+        res, why = resources(kern, launch.args, consts)
         entry["resources"] = res
         if why:
             entry["skipped"] = why
             print(f"{head}: skipped, {why}", flush=True)
             continue
-
-        def run(grid: tuple[int, int] = grid, consts: dict[str, int] = consts) -> None:
-            kern[grid](a, b, c, K, **consts)
+        run = launch.run
 
         try:
             c.fill_(float("nan"))
@@ -469,7 +530,8 @@ def run_triton(torch: Any, triton_and_kernel: tuple[Any, Any], shape: Shape, a: 
 
 def run_shape(torch: Any, shape: Shape, kernels: Kernels,
               tiles: list[Tile], triton_and_kernel: tuple[Any, Any] | None,
-              triton_out: Any, timing: dict[str, Any]) -> dict[str, Any]:
+              triton_out: Any, timing: dict[str, Any], settings: dict[str, int],
+              sms: int) -> dict[str, Any]:
     M, N, K = shape
     dev = torch.device("cuda")
     print(f"{label(shape)} ({2 * M * N * K / 1e9:.0f} GFLOP)", flush=True)
@@ -487,8 +549,11 @@ def run_shape(torch: Any, shape: Shape, kernels: Kernels,
             return dict(error_text=short(exc), detail=str(exc)[:2000])
 
     for name, (kern, extras) in kernels.items():
+        if not applies(name, shape):
+            continue
         result["tilekit"][name] = guarded(f"tilekit {name}", lambda n=name, k=kern, e=extras: (
-            run_tilekit(torch, n, k, e, shape, tiles, a, b, ref, ref_max, timing)))
+            run_tilekit(torch, n, k, e, shape, tiles, a, b, ref, ref_max, timing, settings,
+                        sms)))
     result["cublas"] = guarded("cuBLAS", lambda: run_cublas(torch, shape, a, b, ref, ref_max,
                                                            timing))
     if triton_and_kernel is not None:
@@ -542,13 +607,16 @@ def main() -> int:
                    help=f"tilekit tiles BMxBNxBK,... (default {','.join(map(label, TILES))}, "
                         f"plus {','.join(map(label, SKINNY_TILES))} when M <= 128)")
     p.add_argument("--kernels", default=None,
-                   help="the tilekit kernels of examples/matmul.py to run, NAME,... "
-                        "(default: every matmul kernel it exports)")
+                   help="the tilekit kernels of examples/matmul.py to run, NAME,... with or "
+                        "without matmul_ (e.g. pipelined,persistent,split_k; default: every "
+                        "matmul kernel it exports)")
     p.add_argument("--set", dest="settings", type=parse_setting, action="append", default=[],
                    metavar="NAME=VALUE",
                    help="a constexpr for tilekit kernels that take more than BM, BN, BK "
                         "(e.g. STAGES=3: only that value, instead of the sweep "
-                        f"{' '.join(f'{k}={v}' for k, v in SWEEPS.items())}); repeatable")
+                        f"{' '.join(f'{k}={v}' for k, v in SWEEPS.items())}), or a launch "
+                        "choice: PROGRAMS=N for matmul_persistent, SPLIT_K=N for "
+                        "matmul_split_k; repeatable")
     p.add_argument("--triton-out", choices=["bf16", "f32"], default="f32",
                    help="Triton's output dtype (default f32, as tilekit's)")
     p.add_argument("--no-triton", action="store_true", help="leave Triton out")
@@ -564,7 +632,9 @@ def main() -> int:
     timing = dict(budget_ms=200.0 if args.quick else 500.0, max_reps=10 if args.quick else 20)
     only = [n.strip() for n in args.kernels.split(",")] if args.kernels else None
     sweeps = QUICK_SWEEPS if args.quick else SWEEPS
+    launch_settings = {k: v for k, v in args.settings if k in LAUNCH_SETTINGS}
     kernels, notes = tilekit_matmuls(only, dict(args.settings), sweeps)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     triton_and_kernel = None if args.no_triton else triton_matmul()
     if triton_and_kernel is None:
         notes.append("Triton: " + ("left out (--no-triton)" if args.no_triton
@@ -580,7 +650,7 @@ def main() -> int:
         tiles = tiles_for(shape, args.tiles or TILES, skinny=args.tiles is None)
         try:
             results.append(run_shape(torch, shape, kernels, tiles, triton_and_kernel, triton_out,
-                                     timing))
+                                     timing, launch_settings, sms))
         except Exception as exc:  # one broken shape must not hide the others
             print(f"{label(shape)}: FAILED {short(exc)}", flush=True)
             results.append(dict(shape=list(shape), error_text=short(exc)))
@@ -602,7 +672,7 @@ def main() -> int:
     settings = dict(
         shapes=[list(s) for s in shapes], tiles=[list(t) for t in args.tiles or TILES],
         skinny_tiles=None if args.tiles else [list(t) for t in SKINNY_TILES],
-        sweeps=sweeps, set=dict(args.settings), triton_out=args.triton_out,
+        sweeps=sweeps, set=dict(args.settings), sms=sms, triton_out=args.triton_out,
         triton_configs=[list(c) for c in TRITON_CONFIGS], tolerance=TOLERANCE,
         bf16_reduced_precision_reduction=(
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction),
