@@ -35,8 +35,8 @@ TFLOP/s by the other's (above 1: tilekit is faster). Prints a table and writes
 ``bench/results/matmul.json``.
 
     python3 bench/matmul.py [--out DIR] [--quick] [--shapes MxNxK,...] [--tiles BMxBNxBK,...]
-                            [--kernels NAME,...] [--set NAME=VALUE] [--triton-out {bf16,f32}]
-                            [--no-triton] [--seed N]
+                            [--kernels NAME,...] [--set NAME=VALUE] [--tk-out {bf16,f32}]
+                            [--triton-out {bf16,f32}] [--no-triton] [--seed N]
 """
 
 # ruff: noqa: N803, N806  (tensor-like names)
@@ -102,6 +102,9 @@ TRITON_CONFIGS = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (64, 256, 32, 4, 4
 # max |out - ref| / max |ref| allowed, by output dtype: bf16 rounding alone is 2^-9 of an
 # element; f32 accumulation over K <= 8192 stays near 1e-6.
 TOLERANCE = {"bfloat16": 1e-2, "float16": 1e-2, "float32": 1e-4}
+
+# tilekit's C dtype (``--tk-out``)
+TK_OUT = "float32"
 
 BATCH_MS = 1.0  # calls shorter than this are timed in batches
 MIN_REPS = 5
@@ -338,7 +341,7 @@ def run_tilekit(torch: Any, name: str, kern: Any, extras: list[dict[str, int]], 
     """Every config (tile, and extra constexprs) of one tilekit kernel on one shape: checked,
     then timed; the best."""
     M, N, K = shape
-    c = torch.empty(M, N, device=a.device, dtype=torch.float32)
+    c = torch.empty(M, N, device=a.device, dtype=getattr(torch, TK_OUT))
     configs = []
     for tile, extra in itertools.product(tiles, extras):
         BM, BN, BK = tile
@@ -382,7 +385,7 @@ def run_tilekit(torch: Any, name: str, kern: Any, extras: list[dict[str, int]], 
               flush=True)
     timed = [e for e in configs if "ms" in e]
     best = min(timed, key=lambda e: e["ms"]) if timed else None
-    return dict(kernel=name, out_dtype="float32", configs=configs, best=best,
+    return dict(kernel=name, out_dtype=TK_OUT, configs=configs, best=best,
                 wrong=any(e.get("ok") is False for e in configs))
 
 
@@ -618,6 +621,9 @@ def main() -> int:
                         f"{' '.join(f'{k}={v}' for k, v in SWEEPS.items())}), or a launch "
                         "choice: PROGRAMS=N for matmul_persistent, SPLIT_K=N for "
                         "matmul_split_k; repeatable")
+    p.add_argument("--tk-out", choices=["bf16", "f32"], default="f32",
+                   help="tilekit's output dtype, C (default f32; bf16 is what "
+                        "torch.matmul, the tk/cuBLAS column, writes)")
     p.add_argument("--triton-out", choices=["bf16", "f32"], default="f32",
                    help="Triton's output dtype (default f32, as tilekit's)")
     p.add_argument("--no-triton", action="store_true", help="leave Triton out")
@@ -625,6 +631,8 @@ def main() -> int:
     args = p.parse_args()
 
     torch = require_gpu()
+    global TK_OUT
+    TK_OUT = "bfloat16" if args.tk_out == "bf16" else "float32"
     env = environment()
     print_header(env)
     seed = args.seed if args.seed is not None else int(time.time())
@@ -661,7 +669,8 @@ def main() -> int:
 
     rows = table_rows(results)
     tri = f"Triton bf16->{args.triton_out}" if triton_and_kernel else "Triton"
-    print("\nTFLOP/s; tilekit bf16->f32 (best tile: kernel BMxBNxBK); tk/x = tilekit's "
+    print(f"\nTFLOP/s; tilekit bf16->{args.tk_out} (best tile: kernel BMxBNxBK); "
+          "tk/x = tilekit's "
           "TFLOP/s / x's; tk/cuBLAS against bf16 out (torch.matmul)")
     print(format_table(
         ["shape MxNxK", "tilekit best", "tk ms", "tk TFLOP/s", "cuBLAS bf16->bf16",
@@ -674,6 +683,7 @@ def main() -> int:
         shapes=[list(s) for s in shapes], tiles=[list(t) for t in args.tiles or TILES],
         skinny_tiles=None if args.tiles else [list(t) for t in SKINNY_TILES],
         sweeps=sweeps, set=dict(args.settings), sms=sms, triton_out=args.triton_out,
+        tk_out=args.tk_out,
         triton_configs=[list(c) for c in TRITON_CONFIGS], tolerance=TOLERANCE,
         bf16_reduced_precision_reduction=(
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction),
