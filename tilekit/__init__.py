@@ -67,7 +67,8 @@ def load_portfolio(path: str, strict: bool = False) -> object:
     of its buckets then compiles nothing and imports no compiler. ``strict``: a launch of
     one of its kernels outside its buckets is a ``LaunchError`` listing the nearest ones,
     instead of a compile. Returns the verified ``tilekit.aot.portfolio.Portfolio``;
-    a bad file is a ``PortfolioError``. docs/aot.md describes it all."""
+    a bad file is a ``PortfolioError`` (a bad binary when its variant is first launched:
+    each is read and verified then). docs/aot.md describes it all."""
     from tilekit.aot import registry
 
     return registry.load_portfolio(path, strict)

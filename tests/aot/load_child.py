@@ -6,7 +6,9 @@
 ``strict`` with ``strict=True`` and then launches one call outside the portfolio. The
 cache directory is empty, so a kernel can only come from the portfolio or a compile. Prints
 one line ``RESULT {json}``: the cache's counters (``portfolio_hits``), the compiler modules
-imported (``warm_start.WATCHED``), the first bytes of each image handed to
+imported (``warm_start.WATCHED``), the modules a prebuilt launch does without
+(``NOT_ON_THE_HIT_PATH``) that the four launches imported, the first bytes of each image
+handed to
 ``cuModuleLoadData``, the strict launch's error and the milliseconds from ``import
 tilekit`` to the last launch returned.
 """
@@ -22,6 +24,13 @@ from tests.rt.warm_start import WATCHED, _stub_driver
 
 # The four launches, one per bucket of tests/aot/conftest.py it hits (FakeTensor shapes).
 ALIGNED, MISALIGNED = 0x7F00_0000_0000, 0x7F10_0000_0004
+
+# What launches of prebuilt kernels without tensor maps do without: the tensor maps
+# (imported by kernels that have some), the AOT builder, nvJitLink's wrapper, the IR and the
+# interpreter.
+NOT_ON_THE_HIT_PATH = ("tilekit.rt.tensor_maps", "tilekit.aot.build",
+                       "tilekit.aot.calls", "tilekit.rt.link", "tilekit.ir.core",
+                       "tilekit.rt.interpreter")
 
 
 def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
@@ -53,6 +62,7 @@ def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
             FakeTensor((100003,), ptr=ALIGNED), 100003, BLOCK=1024)
     t_launch = time.perf_counter()
     traced = len(softmax._cache) + len(add._cache)  # specializations traced (by the launches)
+    extra = sorted(m for m in NOT_ON_THE_HIT_PATH if m in sys.modules)
     error = None
     if mode == "strict":
         try:
@@ -62,7 +72,7 @@ def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
     return {"mode": mode, "stats": cache.stats(), "import_to_launch_ms":
             (t_launch - t0) * 1e3, "modules": sorted(m for m in WATCHED if m in sys.modules),
             "images": [m.hex() for m in lib.modules], "error": error, "traced": traced,
-            "front_end": "tilekit.lang.tracer" in sys.modules}
+            "front_end": "tilekit.lang.tracer" in sys.modules, "extra_modules": extra}
 
 
 if __name__ == "__main__":

@@ -178,6 +178,7 @@ def test_a_fresh_process_launches_prebuilt_kernels_without_a_compiler(
     assert stats["portfolio_hits"] == 4 and stats["compiles"] == 0
     assert stats["disk_hits"] == 0 and stats["misses"] == 0
     assert result["modules"] == []  # "llvmlite" among the watched ones
+    assert result["extra_modules"] == []  # load_child.NOT_ON_THE_HIT_PATH: tensor maps, ...
     assert result["traced"] == 0 and not result["front_end"]
     assert len(result["images"]) == 4
     if link.available():
@@ -188,6 +189,7 @@ def test_strict_mode_lists_the_nearest_buckets(built: Built, tmp_path: Path) -> 
     result = run_child("strict", built.path, tmp_path)
     assert result["stats"]["portfolio_hits"] == 4 and result["stats"]["compiles"] == 0
     assert result["modules"] == []  # the refused call did not start a compile
+    assert result["extra_modules"] == []
     error = result["error"]
     assert error.startswith(f"{ROOT / 'tests' / 'aot' / 'load_child.py'}:")  # the caller's line
     assert f"kernel `softmax` is in the strict portfolio {built.path}" in error
@@ -219,6 +221,35 @@ def test_the_arch_is_part_of_the_key(built: Built, tmp_path: Path) -> None:
     registry.clear()
     registry.load_portfolio(built.path)
     assert find(module, spec, "sm_80", divisible).kernel.target == "sm_80"
+
+
+def test_an_altered_binary_is_refused_when_its_variant_is_first_hit(
+        built: Built, tmp_path: Path) -> None:
+    """``load_portfolio`` verifies the archive and the manifest; a variant's binary when
+    that variant is first hit: a cubin altered after the build is a ``PortfolioError``
+    then (no entry returned, so nothing loaded, and no hit counted), and the other variants
+    are served."""
+    spec, divisible = calls.buckets_of(softmax, calls.parse_compact(CALLS[0]))
+    module = softmax.specialize(spec)
+    want = keys.key_of(module, gpu.spec_text(spec), gpu.size_facts_text(divisible), "sm_90a")
+    target = next(v for v in portfolio.read(built.path).variants if v.key == want)
+    member = list(target.members())[-1]  # the cubin (the PTX without nvJitLink)
+    bad = tmp_path / "altered.tkp"
+    with zipfile.ZipFile(built.path) as zf, zipfile.ZipFile(bad, "w") as out:
+        for info in zf.infolist():
+            data = zf.read(info)
+            if info.filename == member:
+                data = data[:100] + bytes([data[100] ^ 1]) + data[101:]
+            out.writestr(info, data)
+    registry.load_portfolio(bad)
+    cache.reset_stats()
+    with pytest.raises(PortfolioError, match=f"archive member '{member}' does not match its "
+                                             "sha256"):
+        find(module, spec, "sm_90a", divisible)
+    assert cache.stats()["portfolio_hits"] == 0
+    entry = find(module, spec, "sm_80", divisible)
+    assert entry is not None and entry.kernel.target == "sm_80"
+    assert entry.image or entry.kernel.binary  # what the launch loads
 
 
 def test_a_miss_outside_a_strict_portfolio_compiles(built: Built) -> None:

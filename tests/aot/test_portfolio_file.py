@@ -207,3 +207,61 @@ def test_an_untouched_rezip_is_accepted(tmp_path: Path) -> None:
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(PortfolioError, match=r"cannot read portfolio .*nope\.tkp"):
         portfolio.read(tmp_path / "nope.tkp")
+
+
+# --- lazy reading (what tilekit.load_portfolio does) ----------------------------------------
+
+
+def read_all_binaries(path: Path) -> portfolio.Portfolio:
+    found = portfolio.read(path, lazy=True)
+    for name in sorted(found.binaries.expected):
+        found.binaries.member(name)
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_lazy_read_refuses_every_bad_file_with_the_same_reason(case: str,
+                                                                 tmp_path: Path) -> None:
+    """``read(lazy=True)`` checks the archive and the manifest at once and a binary when
+    it is asked for: every bad file is refused with the same reason as by ``read``, at the
+    latest when its damaged binary is asked for."""
+    damage, reason = CASES[case]
+    path = tmp_path / "bad.tkp"
+    path.write_bytes(damage(portfolio.encode(VARIANTS, "0.1")))
+    with pytest.raises(PortfolioError) as info:
+        read_all_binaries(path)
+    message = str(info.value)
+    assert message.startswith(f"error: portfolio {path}: ") and reason in message, message
+
+
+def replace_member(data: bytes, suffix: str, change: Callable[[bytes], bytes]) -> bytes:
+    """The archive with the first member named ``*suffix`` changed (the manifest kept)."""
+    items = entries(data)
+    name = next(n for n, _ in items if n.endswith(suffix))
+    return rezip([(n, change(b) if n == name else b) for n, b in items])
+
+
+def test_a_lazy_read_checks_a_binary_when_it_is_asked_for(tmp_path: Path) -> None:
+    """A cubin altered after the build (its sha256 in the manifest kept): the portfolio
+    loads, the altered variant is refused when its binary is asked for, before any of its
+    bytes are handed out, and the others load. What a launch gets is the cubin, or the PTX
+    of a variant without one."""
+    data = portfolio.encode(VARIANTS, "0.1")
+    path = tmp_path / "altered.tkp"
+    path.write_bytes(replace_member(data, ".cubin", lambda b: b[:-1] + b"\0"))
+    found = portfolio.read(path, lazy=True)
+    assert all(v.compiled.binary == b"" and v.image == b"" for v in found.variants)
+    altered = next(n for n, _ in entries(data) if n.endswith(".cubin"))
+    loaded, refused = [], []
+    for v in found.variants:
+        try:
+            loaded.append(found.binaries.loadable(v))
+        except PortfolioError as exc:
+            assert f"archive member {altered!r} does not match its sha256" in str(exc)
+            refused.append(v.key.id)
+    assert refused == [altered.split("/")[1].split(".")[0]]
+    originals = {v.key: v for v in VARIANTS}
+    for v in loaded:
+        want = originals[v.key]
+        assert v.image == want.image
+        assert v.compiled.binary == (b"" if want.image else want.compiled.binary)

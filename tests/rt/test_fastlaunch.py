@@ -130,6 +130,21 @@ def test_hits_go_native_and_pack_what_the_slow_path_packs(fake: Driver) -> None:
     assert native.stats == {"hits": 1, "declines": 0, "misses": 0, "empty": 0}
 
 
+def test_behind_the_native_launcher_a_first_launch_compiles_nothing(fake: Driver) -> None:
+    """The slow path installs the native launcher and the entry's key without generating
+    any Python (a fresh process's first launch waits for no compile); the generated call
+    is compiled when the launcher first declines a call, and runs it."""
+    x = FakeTensor((1000,))
+    run(x, 1000)
+    (dispatcher,) = add._loaded.fast.values()
+    assert dispatcher.native is not None and dispatcher.sources == {}
+    with knobs.override(interpret=True):  # declined: the generated call decides (slow path)
+        run(x, 1000)
+    assert set(dispatcher.sources) == {"call"}
+    assert dispatcher.key([x, x, x, 1000, 128]) == dispatcher.key_fn(x, x, x, 1000, 128)
+    assert paths(fake) == ["slow", "slow"]
+
+
 X = FakeTensor((4096,))
 
 

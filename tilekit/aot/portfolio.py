@@ -15,12 +15,15 @@ versions that built it, the ``kernel`` (``cache.kernel_to_json``: the ABI and la
 configuration) and, for each binary, its member name, byte size and sha256.
 
 Reading is JSON and byte comparison only (nothing is unpickled, imported or executed)
-and verifies everything before anything is used: a zip that opens, member names that
-are exactly the ones the manifest implies (no absolute paths, ``..`` or backslashes: the
+and verifies everything before it is used: a zip that opens, member names that are
+exactly the ones the manifest implies (no absolute paths, ``..`` or backslashes: the
 archive is never extracted, but such a file was not written by tilekit), a format this
-tilekit reads, the manifest's schema, each member's size and sha256, no variant twice.
-Any failure is a ``PortfolioError`` naming the file, what is wrong and what to do.
-Writing is deterministic (sorted, fixed timestamps) and atomic (``cache.write_atomically``).
+tilekit reads, the manifest's schema, each member's size, CRC-32 and sha256, no variant
+twice. ``read`` checks all of it at once; ``read(lazy=True)`` (``tilekit.load_portfolio``)
+all but the binaries' contents, each of which ``Binaries`` checks when it is asked for:
+loading costs the manifest, a launch the one binary it loads. Any failure is a
+``PortfolioError`` naming the file, what is wrong and what to do. Writing is
+deterministic (sorted, fixed timestamps) and atomic (``cache.write_atomically``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import zipfile
 import zlib
 from collections import namedtuple
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from tilekit.aot.keys import VariantKey
@@ -67,20 +69,34 @@ class Variant(namedtuple(
 
     def members(self) -> dict[str, bytes]:
         """Archive member name -> bytes."""
-        kind = "".join(c for c in self.compiled.binary_kind if c.isalnum()) or "bin"
-        out = {f"binaries/{self.key.id}.{'hsaco' if kind == 'elf' else kind}":
-               self.compiled.binary}
+        binary, image = _member_names(self.key.id, self.compiled.binary_kind)
+        out = {binary: self.compiled.binary}
         if self.image:
-            out[f"binaries/{self.key.id}.cubin"] = self.image
+            out[image] = self.image
         return out
 
 
-class Portfolio(namedtuple("Portfolio", "path format tilekit_version variants", defaults=((),))):
+def _member_names(variant_id: str, binary_kind: str) -> tuple[str, str]:
+    """The names of a variant's binary and image members: ``binaries/<id>.ptx`` (``.hsaco``
+    for a code object) and ``binaries/<id>.cubin``."""
+    kind = "".join(c for c in binary_kind if c.isalnum()) or "bin"
+    return (f"binaries/{variant_id}.{'hsaco' if kind == 'elf' else kind}",
+            f"binaries/{variant_id}.cubin")
+
+
+def _is_sha256(text: str) -> bool:
+    """64 lowercase hex digits (``str.strip`` in C: a manifest has a few per variant)."""
+    return len(text) == 64 and not text.strip("0123456789abcdef")
+
+
+class Portfolio(namedtuple("Portfolio", "path format tilekit_version variants binaries",
+                           defaults=((), None))):
     __slots__ = ()  # the fields, with their types:
     # path: str
     # format: int
     # tilekit_version: str
-    # variants: tuple[Variant, ...] = ()
+    # variants: tuple[Variant, ...] = ()  # without their binaries when read lazily
+    # binaries: Binaries | None = None  # the file's binaries, verified when asked for
 
     @property
     def kernels(self) -> list[str]:
@@ -142,6 +158,8 @@ def write(path: str | os.PathLike[str], variants: Iterable[Variant],
           tilekit_version: str) -> None:
     """Write the portfolio atomically (a temporary file in the same directory, fsync'd,
     renamed): a reader never sees half a file."""
+    from pathlib import Path
+
     from tilekit.rt.cache import write_atomically
 
     target = Path(path)
@@ -182,100 +200,157 @@ def _refuse(path: str, what: str, hint: str = _REBUILD) -> PortfolioError:
     return PortfolioError(f"portfolio {path}: {what}", hints=[hint])
 
 
-def read(path: str | os.PathLike[str]) -> Portfolio:
-    """Read and verify a portfolio file; a ``PortfolioError`` if anything is wrong."""
+def read(path: str | os.PathLike[str], lazy: bool = False) -> Portfolio:
+    """Read and verify a portfolio file; a ``PortfolioError`` if anything is wrong.
+
+    ``lazy``: verify everything but the binaries' contents now (the archive, the member
+    names and sizes, the manifest), and each binary when it is asked for
+    (``Portfolio.binaries``): loading a portfolio then costs its manifest, and a launch the
+    one binary it loads. The variants come without their binaries."""
     shown = os.fspath(path)
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as exc:
         raise PortfolioError(f"cannot read portfolio {shown}: {exc.strerror or exc}",
                              hints=["check the path (tilekit.load_portfolio, "
                                     "TILEKIT_PORTFOLIO)"]) from None
-    return decode(data, shown)
+    return decode(data, shown, lazy)
 
 
-def decode(data: bytes, shown: str = "<bytes>") -> Portfolio:
+def decode(data: bytes, shown: str = "<bytes>", lazy: bool = False) -> Portfolio:
     """``read`` of bytes already in memory (``shown`` names them in errors)."""
     try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError):
+        archive, directory = _directory(data)
+    except _ARCHIVE_ERRORS:
         raise _refuse(shown, f"not a portfolio: not a zip archive, or truncated "
                       f"({len(data)} bytes)",
                       "copy it again, or rebuild it with `tilekit aot`") from None
-    with zf:
-        infos = zf.infolist()
-        seen: set[str] = set()
-        for info in infos:
-            problem = _member_name_problem(info.filename)
-            if problem:
-                raise _refuse(shown, f"archive member {info.filename!r} has {problem}; "
-                              "tilekit never writes such names, so the file was altered",
-                              "do not use this file; rebuild it with `tilekit aot`")
-            if info.filename in seen:
-                raise _refuse(shown, f"archive member {info.filename!r} appears twice")
-            seen.add(info.filename)
-        if MANIFEST not in seen:
-            raise _refuse(shown, f"no {MANIFEST} in the archive (not a tilekit portfolio)")
-        manifest_info = zf.getinfo(MANIFEST)
-        if manifest_info.file_size > _MAX_MANIFEST:
-            raise _refuse(shown, f"{MANIFEST} is {manifest_info.file_size} bytes, more than "
-                          "a manifest can be")
-        try:
-            manifest = json.loads(_read_member(zf, MANIFEST, shown))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _refuse(shown, f"{MANIFEST} is not valid JSON ({exc})") from None
-        version = manifest.get("format") if isinstance(manifest, dict) else None
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise _refuse(shown, f"unknown format version {version!r} (this tilekit reads "
-                          f"format {FORMAT})")
-        if version > FORMAT:
-            import tilekit
+    entries: dict[str, _Entry] = {}
+    for name, entry in directory:
+        problem = _member_name_problem(name)
+        if problem:
+            raise _refuse(shown, f"archive member {name!r} has {problem}; "
+                          "tilekit never writes such names, so the file was altered",
+                          "do not use this file; rebuild it with `tilekit aot`")
+        if name in entries:
+            raise _refuse(shown, f"archive member {name!r} appears twice")
+        entries[name] = entry
+    if MANIFEST not in entries:
+        raise _refuse(shown, f"no {MANIFEST} in the archive (not a tilekit portfolio)")
+    if entries[MANIFEST][_SIZE] > _MAX_MANIFEST:
+        raise _refuse(shown, f"{MANIFEST} is {entries[MANIFEST][_SIZE]} bytes, more than "
+                      "a manifest can be")
+    try:
+        manifest = json.loads(_read_member(archive, MANIFEST, entries[MANIFEST], shown))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _refuse(shown, f"{MANIFEST} is not valid JSON ({exc})") from None
+    version = manifest.get("format") if isinstance(manifest, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise _refuse(shown, f"unknown format version {version!r} (this tilekit reads "
+                      f"format {FORMAT})")
+    if version > FORMAT:
+        import tilekit
 
-            raise _refuse(shown, f"format version {version} is newer than this tilekit "
-                          f"({tilekit.__version__}) reads (up to {FORMAT})",
-                          "upgrade tilekit, or rebuild the portfolio with this version")
-        try:
-            version_text, pending, members = _parse(manifest, version)
-        except _Malformed as exc:
-            raise _refuse(shown, f"the manifest does not follow the format: {exc}") from None
-        unexpected = sorted(seen - {MANIFEST} - set(members))
-        if unexpected:
-            raise _refuse(shown, f"archive member {unexpected[0]!r} is not in the manifest")
-        blobs: dict[str, bytes] = {}
-        for name, (size, digest) in sorted(members.items()):
-            if name not in seen:
-                raise _refuse(shown, f"archive member {name!r} is missing")
-            if zf.getinfo(name).file_size != size:
-                raise _refuse(shown, f"archive member {name!r} is {zf.getinfo(name).file_size} "
-                              f"bytes, the manifest says {size}")
-            blob = _read_member(zf, name, shown)
-            if hashlib.sha256(blob).hexdigest() != digest:
-                raise _refuse(shown, f"archive member {name!r} does not match its sha256 in "
-                              "the manifest (corrupted or altered)")
-            blobs[name] = blob
+        raise _refuse(shown, f"format version {version} is newer than this tilekit "
+                      f"({tilekit.__version__}) reads (up to {FORMAT})",
+                      "upgrade tilekit, or rebuild the portfolio with this version")
+    try:
+        version_text, pending, members = _parse(manifest, version)
+    except _Malformed as exc:
+        raise _refuse(shown, f"the manifest does not follow the format: {exc}") from None
+    unexpected = sorted(set(entries) - {MANIFEST} - set(members))
+    if unexpected:
+        raise _refuse(shown, f"archive member {unexpected[0]!r} is not in the manifest")
+    for name, (size, _) in sorted(members.items()):
+        if name not in entries:
+            raise _refuse(shown, f"archive member {name!r} is missing")
+        if entries[name][_SIZE] != size:
+            raise _refuse(shown, f"archive member {name!r} is {entries[name][_SIZE]} bytes, "
+                          f"the manifest says {size}")
+    binaries = Binaries(shown, archive, entries, members,
+                        {v.key: (binary, image) for v, binary, image in pending})
+    if lazy:
+        return Portfolio(shown, version, version_text, tuple(v for v, _, _ in pending),
+                         binaries)
+    blobs = {name: binaries.member(name) for name in sorted(members)}
     return _attach(shown, version, version_text, pending, blobs)
 
 
-def _read_member(zf: zipfile.ZipFile, name: str, shown: str) -> bytes:
+class Binaries:
+    """The binaries of a portfolio read with ``lazy=True``, each inflated and checked (its
+    CRC-32, size and sha256 against the manifest's) when it is asked for: a binary that is
+    not the one the manifest names is a ``PortfolioError``, raised before any of its bytes
+    are handed out. The file's bytes are kept (not its path): what is checked is what was
+    read."""
+
+    __slots__ = ("shown", "archive", "entries", "expected", "names")
+
+    def __init__(self, shown: str, archive: zipfile.ZipFile, entries: dict[str, _Entry],
+                 expected: dict[str, tuple[int, str]],
+                 names: dict[VariantKey, tuple[str, str | None]]) -> None:
+        self.shown = shown
+        self.archive = archive  # over the bytes read, in memory
+        self.entries = entries
+        self.expected = expected  # member name -> (size, sha256), from the manifest
+        self.names = names  # variant key -> (binary member, image member or None)
+
+    def member(self, name: str) -> bytes:
+        """One member's bytes, verified."""
+        blob = _read_member(self.archive, name, self.entries[name], self.shown)
+        if hashlib.sha256(blob).hexdigest() != self.expected[name][1]:
+            raise _refuse(self.shown, f"archive member {name!r} does not match its sha256 in "
+                          "the manifest (corrupted or altered)",
+                          "do not use this file; rebuild it with `tilekit aot`")
+        return blob
+
+    def loadable(self, variant: Variant) -> Variant:
+        """``variant`` with the binary a launch loads: its cubin when it has one (its PTX
+        stays in the file), else its PTX or code object."""
+        binary, image = self.names[variant.key]
+        if image is not None:
+            return variant._replace(image=self.member(image))
+        return variant._replace(compiled=variant.compiled._replace(
+            binary=self.member(binary)))
+
+
+# --- the zip archive --------------------------------------------------------------------------
+
+# a member: (its zipfile.ZipInfo, its size)
+_Entry = tuple
+_SIZE = 1
+_ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError)
+
+
+def _directory(data: bytes) -> tuple[zipfile.ZipFile, list[tuple[str, _Entry]]]:
+    """The archive and the members its central directory lists, in its order; one of
+    ``_ARCHIVE_ERRORS`` when ``data`` is no zip archive (truncated, something else)."""
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    return archive, [(info.filename, (info, info.file_size)) for info in archive.infolist()]
+
+
+def _read_member(archive: zipfile.ZipFile, name: str, entry: _Entry, shown: str) -> bytes:
+    """A member's bytes, inflated and checked against its size and CRC-32 (by zipfile)."""
     try:
-        return zf.read(name)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
+        blob = archive.read(entry[0])
+        if len(blob) != entry[_SIZE]:
+            raise ValueError("bad size")
+    except (*_ARCHIVE_ERRORS, zlib.error, NotImplementedError, RuntimeError) as exc:
         raise _refuse(shown, f"archive member {name!r} is corrupt ({exc})",
                       "copy it again, or rebuild it with `tilekit aot`") from None
+    return blob
 
 
-class _Pending(namedtuple("_Pending", "variant binary image")):
-    __slots__ = ()  # the fields, with their types:
-    # variant: Variant  # with empty binaries
-    # binary: str
-    # image: str | None
+# A variant read from the manifest: (the variant without its binaries, its binary's member
+# name, its image's member name or None).
+_Pending = tuple  # tuple[Variant, str, str | None]
 
 
 def _blob_ref(obj: Any, where: str, members: dict[str, tuple[int, str]]) -> str:
     member = _get(obj, "member", str, where)
     size = _get(obj, "size", int, where)
     digest = _get(obj, "sha256", str, where)
-    if size < 0 or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+    if size < 0 or not _is_sha256(digest):
         raise _Malformed(f"{where} has a bad size or sha256")
     if member in members:
         raise _Malformed(f"{where}.member {member!r} is used twice")
@@ -307,7 +382,8 @@ def _parse(manifest: dict[str, Any], format_version: int = FORMAT
                 raise _Malformed(f"{where} repeats a variant ({name}, {key.arch}, "
                                  f"{key.spec} | {key.size_facts})")
             keys.add(key)
-            if _get(row, "id", str, where) != key.id:
+            variant_id = key.id
+            if _get(row, "id", str, where) != variant_id:
                 raise _Malformed(f"{where}.id is not the id of its key")
             toolchain = _get(row, "toolchain", dict, where)
             if not all(isinstance(v, str) for v in toolchain.values()):
@@ -319,8 +395,7 @@ def _parse(manifest: dict[str, Any], format_version: int = FORMAT
             if compiled.name != name or compiled.target != key.arch:
                 raise _Malformed(f"{where}.kernel is for {compiled.name} on {compiled.target}")
             source = _get(row, "source", str, where) if format_version >= 2 else ""
-            if source and (len(source) != 64 or any(c not in "0123456789abcdef"
-                                                    for c in source)):
+            if source and not _is_sha256(source):
                 raise _Malformed(f"{where}.source is not a sha256")
             variant = Variant(key, module, _get(row, "candidates", str, where),
                               _get(row, "call", dict, where), toolchain, compiled,
@@ -329,19 +404,19 @@ def _parse(manifest: dict[str, Any], format_version: int = FORMAT
             binary = _blob_ref(_get(row, "binary", dict, where), f"{where}.binary", members)
             image = None if row.get("image") is None else \
                 _blob_ref(_get(row, "image", dict, where), f"{where}.image", members)
-            expected = next(iter(variant.members()))
-            if binary != expected or image not in (None, f"binaries/{key.id}.cubin"):
+            expected, cubin = _member_names(variant_id, compiled.binary_kind)
+            if binary != expected or image not in (None, cubin):
                 raise _Malformed(f"{where} names the members {binary!r} and {image!r}, not "
-                                 f"{expected!r} and binaries/{key.id}.cubin")
-            pending.append(_Pending(variant, binary, image))
+                                 f"{expected!r} and {cubin}")
+            pending.append((variant, binary, image))
     return version, pending, members
 
 
 def _attach(shown: str, format_version: int, version: str, pending: list[_Pending],
             blobs: Mapping[str, bytes]) -> Portfolio:
     variants = []
-    for p in pending:
-        compiled = p.variant.compiled._replace(binary=blobs[p.binary])
-        image = blobs[p.image] if p.image is not None else b""
-        variants.append(p.variant._replace(compiled=compiled, image=image))
+    for variant, binary, image in pending:
+        compiled = variant.compiled._replace(binary=blobs[binary])
+        variants.append(variant._replace(compiled=compiled,
+                                         image=blobs[image] if image is not None else b""))
     return Portfolio(shown, format_version, version, tuple(variants))

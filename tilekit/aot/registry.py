@@ -13,8 +13,10 @@ misses the in-memory cache asks, before the disk cache:
    (e.g. a kernel edited in a way that does not change its IR).
 
 A hit is a ``cache.Entry`` built from the portfolio's bytes: nothing is compiled or
-linked. The arch is in both keys: a portfolio built for sm_90a never serves an sm_80
-device.
+linked. The portfolio is read lazily (``portfolio.read(lazy=True)``): its manifest is
+verified when it is loaded, a variant's binary when that variant is first hit (a binary
+that is not the manifest's is a ``PortfolioError`` then, before anything is loaded). The
+arch is in both keys: a portfolio built for sm_90a never serves an sm_80 device.
 
 A kernel loaded from a *strict* portfolio may not be compiled: a call outside the
 portfolio's buckets is a ``LaunchError`` at the caller's line that lists the nearest
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import namedtuple
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -37,19 +38,28 @@ from tilekit.errors import LaunchError, PortfolioError, SourceLoc
 from tilekit.rt import cache
 
 if TYPE_CHECKING:
-    from tilekit.aot.portfolio import Portfolio
+    from tilekit.aot.portfolio import Binaries, Portfolio, Variant
     from tilekit.ir.core import Module
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class Prebuilt(namedtuple("Prebuilt", "variant entry path")):
-    __slots__ = ()  # the fields, with their types:
-    # variant: Variant
-    # entry: cache.Entry
-    # path: str  # the portfolio it came from
+class Prebuilt:
+    """A registered variant (without its binaries) and, once it is hit, its kernel with the
+    binary a launch loads, read from its portfolio and verified then
+    (``portfolio.Binaries``). A plain class: a namedtuple costs ~0.1 ms to create at
+    import (bench/aot_start.py)."""
+
+    __slots__ = ("variant", "binaries", "_entry")
+
+    def __init__(self, variant: Variant, binaries: Binaries) -> None:
+        self.variant = variant
+        self.binaries = binaries
+        self._entry: cache.Entry | None = None
+
+    def entry(self) -> cache.Entry:
+        if self._entry is None:
+            v = self.binaries.loadable(self.variant)
+            self._entry = cache.Entry(v.compiled, v.image)
+        return self._entry
 
 
 class Untraced:
@@ -72,14 +82,15 @@ _env_done = False
 
 
 def load_portfolio(path: str | os.PathLike[str], strict: bool = False) -> Portfolio:
-    """Read, verify and register a portfolio's variants; returns what was read. ``strict``:
+    """Read, verify and register a portfolio's variants; returns what was read (the
+    variants without their binaries: each is read and verified when first hit). ``strict``:
     its kernels may not be compiled here, a call outside its buckets is an error."""
     from tilekit.aot.portfolio import read
 
-    found = read(path)
+    found = read(path, lazy=True)
     for v in found.variants:
         if v.key not in _variants:
-            _variants[v.key] = Prebuilt(v, cache.Entry(v.compiled, v.image), found.path)
+            _variants[v.key] = Prebuilt(v, found.binaries)
             _by_kernel.setdefault(v.key.kernel, []).append(v.key)
             if v.source:
                 _index_untraced(_variants[v.key])
@@ -160,8 +171,9 @@ def take(group: Untraced, size_facts_text: str) -> cache.Entry | None:
     hit = group.by_size_facts.get(size_facts_text)
     if hit is None:
         return None
+    entry = hit.entry()
     cache.count("portfolio_hits")
-    return hit.entry
+    return entry
 
 
 def find(module: Module, spec_text: str, size_facts_text: str, arch: str,
@@ -177,8 +189,9 @@ def find(module: Module, spec_text: str, size_facts_text: str, arch: str,
     key = key_of(module, spec_text, size_facts_text, arch)
     hit = _variants.get(key)
     if hit is not None:
+        entry = hit.entry()
         cache.count("portfolio_hits")
-        return hit.entry
+        return entry
     if key.kernel in _strict:
         raise not_prebuilt(key, known, _strict[key.kernel], loc)
     return None
@@ -186,23 +199,24 @@ def find(module: Module, spec_text: str, size_facts_text: str, arch: str,
 
 # --- strict mode's error -----------------------------------------------------------------------
 
-_TENSOR = re.compile(r"(\w+):tensor<([^,>]+),?(.*)>")
-_SCALAR = re.compile(r"(\w+):scalar<(.*)>")
-_CONST = re.compile(r"(\w+)=constexpr<(.*)>")
+# Compiled (and cached by ``re``) when strict mode's error first needs them, not at import.
+_TENSOR = r"(\w+):tensor<([^,>]+),?(.*)>"
+_SCALAR = r"(\w+):scalar<(.*)>"
+_CONST = r"(\w+)=constexpr<(.*)>"
 
 
 def _fields(key: VariantKey) -> dict[str, str]:
     """A bucket key as named facts, for saying how two buckets differ."""
     out = {"arch": key.arch}
     for part in key.spec.split(";"):
-        if m := _TENSOR.fullmatch(part):
+        if m := re.fullmatch(_TENSOR, part):
             out[f"{m.group(1)} dtype"] = m.group(2)
             for field in filter(None, m.group(3).split(",")):
                 name, _, value = field.partition("=")
                 out[f"{m.group(1)} {name}"] = value
-        elif m := _SCALAR.fullmatch(part):
+        elif m := re.fullmatch(_SCALAR, part):
             out[f"{m.group(1)} dtype"] = m.group(2)
-        elif m := _CONST.fullmatch(part):
+        elif m := re.fullmatch(_CONST, part):
             out[m.group(1)] = m.group(2)
         elif part:
             out[part] = "yes"

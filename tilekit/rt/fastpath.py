@@ -78,7 +78,7 @@ import math
 import struct
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -87,8 +87,14 @@ from tilekit.codegen.artifact import ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
-from tilekit.rt import native_launch, tensor_maps
+from tilekit.rt import native_launch
 from tilekit.rt.driver import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
+
+if TYPE_CHECKING:  # tensor_maps: imported when an entry has maps (TMA), not by every launch
+    from tilekit.rt.tensor_maps import MapSpec
+
+    # (the map's spec, the index of its tensor's pointer among the packed values, its rank)
+    MapSource = tuple[MapSpec, int, int]
 
 MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})()
 
@@ -427,6 +433,21 @@ class _Miss(Exception):
     pass
 
 
+class _Sources(dict):  # type: ignore[type-arg]
+    """A dispatcher's generated sources, mode -> text: asking for a mode not generated yet
+    generates it (and its function)."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        super().__init__()
+        self.dispatcher = dispatcher
+
+    def __missing__(self, mode: str) -> str:
+        if mode not in (CALL, TRY, KEY):
+            raise KeyError(mode)
+        self.dispatcher._function(mode)
+        return str(dict.__getitem__(self, mode))
+
+
 class _Unset:
     """The default of a parameter the call did not pass (the slow path names the error)."""
 
@@ -473,25 +494,50 @@ class Dispatcher:
         self._native_ok = True  # False once an entry needs the Python pack (tensor maps)
         self._generate()
 
-    def _generate(self, modes: tuple[str, ...] = (CALL, KEY)) -> None:
-        """Generate the functions of ``modes`` (in one compile: a first launch waits for
-        it); ``_tk_try`` waits until another profile's miss needs it."""
+    def _generate(self) -> None:
+        """(Re)generate what ``call`` runs for the current size facts: the native launcher
+        when it serves this profile, else the generated ``_tk_call`` and ``_tk_key`` (in one
+        compile: a first launch waits for it). Behind the native launcher nothing is
+        compiled until it is needed: ``_tk_call`` when the launcher first declines a call
+        (``python_call``), ``_tk_key`` when the launcher gives no key (``key``), ``_tk_try``
+        when another profile's miss needs it."""
+        self._functions: dict[str, Callable[..., Any]] = {}
+        self.sources: dict[str, str] = _Sources(self)
+        self.native: Any = self._native_launcher()
+        if self.native is None:
+            self._compile((CALL, KEY))
+        # call(grid, *args, **kwargs): kern[grid] binds it to the grid (a method object)
+        self.call: Callable[..., None] = self.python_call if self.native is None else \
+            self.native
+
+    def _compile(self, modes: tuple[str, ...]) -> None:
         kern, env = self.kern, self.env
         sources = {mode: _source(kern, self.profile, self.facts, mode) for mode in modes}
-        text = "\n".join(sources.values())
-        exec(compile(text, f"<tilekit fast path {kern.name}>", "exec"), env)
-        if CALL in modes:
-            self.sources: dict[str, str] = {}
-            # call(grid, *args, **kwargs): kern[grid] binds it to the grid (a method object)
-            self.python_call: Callable[..., None] = env["_tk_call"]
-            self.key_fn: Callable[..., tuple[Any, ...] | None] = env["_tk_key"]
-            self._try_fn: Callable[..., Any] | None = None
-            self.native: Any = self._native_launcher()
-            self.call: Callable[..., None] = self.python_call if self.native is None else \
-                self.native
-        else:
-            self._try_fn = env["_tk_try"]
+        exec(compile("\n".join(sources.values()), f"<tilekit fast path {kern.name}>", "exec"),
+             env)
+        for mode in modes:
+            self._functions[mode] = env[f"_tk_{mode}"]
         self.sources.update(sources)
+
+    def _function(self, mode: str) -> Callable[..., Any]:
+        if mode not in self._functions:
+            self._compile((mode,))
+        return self._functions[mode]
+
+    @property
+    def python_call(self) -> Callable[..., None]:
+        """The generated ``_tk_call(grid, *args, **kwargs)``: what ``call`` is without the
+        native launcher, and what the native launcher hands the calls it declines."""
+        return self._function(CALL)
+
+    @property
+    def key_fn(self) -> Callable[..., tuple[Any, ...] | None]:
+        """The generated ``_tk_key(*values)``: the key of a call, or None."""
+        return self._function(KEY)
+
+    def _declined(self, *args: Any, **kwargs: Any) -> None:
+        """The native launcher's ``python_call``: compiled on the first decline."""
+        return self.python_call(*args, **kwargs)
 
     def _native_launcher(self) -> Any:
         """A ``_fastlaunch.Launcher`` for this profile, or None: the extension is not built
@@ -521,7 +567,7 @@ class Dispatcher:
                 stream_option=self.profile.stream_option,
                 facts=tuple((index[name], dim, n) for name, dim, n in self.facts),
                 table=self.table, row_masks=_row_masks, overrides=knobs._overrides,
-                python_call=self.python_call, fallback=self._fallback,
+                python_call=self._declined, fallback=self._fallback,
                 current_stream=self.env["_tk_current_stream"],
                 stream_handle=self.env["_tk_stream_handle"], grid3=_grid3, bf16=_bf16_bits,
                 check_status=self.env["_tk_check_status"], unset=_UNSET, launch=launch,
@@ -532,10 +578,7 @@ class Dispatcher:
     @property
     def try_fn(self) -> Callable[..., Any]:
         """``_tk_try(grid, *args, **kwargs)``: a launch on the fast path, or MISS."""
-        if self._try_fn is None:
-            self._generate((TRY,))
-        assert self._try_fn is not None
-        return self._try_fn
+        return self._function(TRY)
 
     def cover(self, candidates: Sequence[SizeFact]) -> bool:
         """Make the key say whether each of ``candidates`` holds (a specialization's size
@@ -558,7 +601,16 @@ class Dispatcher:
 
     def key(self, values: Sequence[Any]) -> tuple[Any, ...] | None:
         """The key for a call with these parameter values (in the kernel's order), or None
-        when such a call would miss before the table."""
+        when such a call would miss before the table: the native launcher's when it gives
+        one (then a first launch compiles nothing), else the generated ``key_fn``'s. The two
+        agree (``tests/rt/test_fastlaunch.py``)."""
+        if self.native is not None:
+            try:
+                key = self.native.key(*values)
+            except Exception:  # as _tk_key: any surprise is no key
+                key = None
+            if key is not None:
+                return key
         return self.key_fn(*values)
 
     def add(self, key: tuple[Any, ...], spec: Specialization, loaded: Any) -> bool:
@@ -666,16 +718,14 @@ def _native_entry(loaded: Any, buffer: Any, params: Any, types: Sequence[str],
         return None
 
 
-# (the map's spec, the index of its tensor's pointer among the packed values, its rank)
-MapSource = tuple[tensor_maps.MapSpec, int, int]
-
-
 def _map_sources(profile: Profile, loaded: Any, spec: Specialization | None,
                  maps: Sequence[ParamSlot],
                  canonical: Sequence[tuple[SlotKind, str, int]]) -> list[MapSource] | None:
     """Where each tensor map's tensor is among the values the generated code packs (its
     pointer, then its extents, then its strides: ``canonical_slots``), with the map's spec;
     None when a map's argument is not a tensor of the specialization."""
+    from tilekit.rt import tensor_maps
+
     facts = dict(spec.args) if spec is not None else {}
     ranks = {p.name: p.rank for p in profile.args if p.kind == TENSOR}
     arch = tensor_maps.arch_of(loaded.props.capability)
@@ -696,6 +746,8 @@ def _map_packer(pack_into: Callable[..., None], count: int,
     configuration, then the ``count`` other slot values) that appends the maps, found in
     ``tensor_maps.encoded``'s LRU by values already among the arguments, and makes the one
     ``pack_into``. Generated: no loop, no ``*args`` per call."""
+    from tilekit.rt import tensor_maps
+
     config = [f"c{i}" for i in range(CONFIG_VALUES)]
     values = [f"v{i}" for i in range(count)]
     env: dict[str, Any] = {"_tk_pack_into": pack_into, "_tk_map": tensor_maps.encoded}

@@ -30,11 +30,12 @@ from tilekit.codegen.size_facts import SizeFact, size_facts_holding
 from tilekit.errors import ExecutionError, SourceLoc
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
-from tilekit.rt import cache, checks, device_arrays, driver, fastpath, tensor_maps
+from tilekit.rt import cache, checks, device_arrays, driver, fastpath
 from tilekit.rt.device_arrays import DeviceArray, StagedArray
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # tensor_maps: imported by the kernels that have maps (TMA), when loaded
     from tilekit.ir.core import Module
+    from tilekit.rt.tensor_maps import MapSpec
 
 # A staged array's device buffer (driver.alloc: cuMemAlloc) is at least this aligned.
 _STAGING_ALIGN = 256
@@ -175,8 +176,10 @@ class LoadedKernel(namedtuple(
                             struct.Struct(fmt).pack_into, params, ctypes.addressof(params),
                             map_slots)
 
-    def map_spec(self, slot: ParamSlot, dtype: DType) -> tensor_maps.MapSpec:
+    def map_spec(self, slot: ParamSlot, dtype: DType) -> MapSpec:
         """What the map of a ``TENSOR_MAP`` slot depends on for a tensor of ``dtype``."""
+        from tilekit.rt import tensor_maps
+
         return tensor_maps.map_spec(tensor_maps.arch_of(self.props.capability), dtype,
                                     slot.box, slot.swizzle)
 
@@ -184,6 +187,8 @@ class LoadedKernel(namedtuple(
         """Before anything is queued: a ``LaunchError`` if no tensor map describes one of
         the tensors the kernel copies by TMA. A device array's map is encoded (and cached
         for ``fill``); a staged array's is checked at the alignment its buffer will have."""
+        from tilekit.rt import tensor_maps
+
         for slot in self.map_slots:
             arr = arrays[slot.arg]
             spec = self.map_spec(slot, arr.dtype)
@@ -212,6 +217,8 @@ class LoadedKernel(namedtuple(
                 else:
                     values.append(value.item())
             elif kind is SlotKind.TENSOR_MAP:
+                from tilekit.rt import tensor_maps
+
                 arr = arrays[p.arg]
                 values.append(tensor_maps.tensor_map(self.map_spec(p, arr.dtype), p.arg,
                                                      ptrs[p.arg], arr.shape, arr.strides, loc))
