@@ -79,7 +79,7 @@ SHAPES: list[Shape] = [(8192, 8192, 8192), (4096, 4096, 4096), (4113, 4096, 4096
 QUICK_SHAPES: list[Shape] = [(4096, 4096, 4096), (4113, 4096, 4096), (16, 8192, 8192)]
 
 TILES: list[Tile] = [(64, 64, 32), (128, 64, 32), (128, 128, 32), (128, 128, 64), (64, 128, 32),
-                     (128, 256, 64)]
+                     (64, 128, 64), (128, 256, 64)]
 # Also tried when M <= 128: a BM of 64 or more computes mostly masked rows there.
 SKINNY_TILES: list[Tile] = [(16, 128, 64), (32, 128, 64), (16, 256, 64)]
 # Values tried for the constexprs beyond BM, BN, BK that a kernel takes without a default

@@ -45,15 +45,20 @@ def default_num_warps(module: Module) -> int:
     """Row kernels (no dot, no pipeline, every tile of 4096 elements or more it loads or
     stores is a single row): 2 to 8 warps, so that each thread moves about
     ``_ROW_BYTES_PER_THREAD`` bytes of the largest row. Other kernels: four warps; eight
-    when their largest tile has 8192 elements or more."""
+    when their largest tile has 8192 elements or more, unless a dot's M is under 128 rows
+    (a 64 x 128 or 64 x 256 block: one warpgroup of four warps covers its 64 rows on
+    wgmma, and mma.sync runs such tiles on four warps as well)."""
     import math
 
     from tilekit.ir.types import TileType
 
-    largest, row_bytes, rows_only = 1, 0, True
+    largest, row_bytes, rows_only, dot_m = 1, 0, True, None
     for op in module.walk():
         if op.name in ("dot", "pipeline"):
             rows_only = False
+        if op.name == "dot":
+            m = op.operand("a").type.shape[0]
+            dot_m = m if dot_m is None else max(dot_m, m)
         for r in op.results:
             if isinstance(r.type, TileType):
                 largest = max(largest, r.type.numel)
@@ -66,6 +71,8 @@ def default_num_warps(module: Module) -> int:
     if rows_only and row_bytes:
         warps = row_bytes / (_ROW_BYTES_PER_THREAD * 32)
         return min(8, max(2, 2 ** round(math.log2(warps))))
+    if dot_m is not None and 16 <= dot_m < 128:
+        return 4
     return 8 if largest >= 8192 else 4
 
 
