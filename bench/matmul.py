@@ -6,7 +6,7 @@ bf16 inputs, fresh random for every shape, f32 accumulation everywhere; TFLOP/s 
 * tilekit: every matmul kernel of ``examples/matmul.py`` (``matmul`` today; any other one
   it exports later, e.g. a pipelined one, whose name holds "matmul" and whose parameters
   are ``(A, B, C, K, BM, BN, BK, ...)``), each its best over a few tiles (BM, BN, BK)
-  and, for a kernel that takes ``STAGES``, stage counts (3 and 4), named in the table;
+  and, for a kernel that takes ``STAGES``, stage counts (3, 4 and 6), named in the table;
   C float32. A config that does not compile or fit (shared memory, registers) is skipped
   with the reason printed; one over 3x slower than the best so far keeps a rough time.
   Each runs on one program per block of C, but for two, which have rows of their own:
@@ -84,7 +84,7 @@ TILES: list[Tile] = [(64, 64, 32), (128, 64, 32), (128, 128, 32), (128, 128, 64)
 SKINNY_TILES: list[Tile] = [(16, 128, 64), (32, 128, 64), (16, 256, 64)]
 # Values tried for the constexprs beyond BM, BN, BK that a kernel takes without a default
 # (``matmul_pipelined``'s stage count), every tile with each; ``--set NAME=VALUE`` fixes one.
-SWEEPS: dict[str, tuple[int, ...]] = {"STAGES": (3, 4)}
+SWEEPS: dict[str, tuple[int, ...]] = {"STAGES": (3, 4, 6)}  # 6: skinny M wants depth
 QUICK_SWEEPS: dict[str, tuple[int, ...]] = {"STAGES": (3,)}
 
 # M up to this is skinny: the SKINNY_TILES are tried and split-K runs.
