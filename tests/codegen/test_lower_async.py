@@ -258,20 +258,13 @@ def _plain_matmul():
     operands through scratch inside the loop. (PTX, kernel, the pipelines' bytes.)"""
     import ml_dtypes
 
+    from tests.codegen.matmuls import engine_matmul
     from tilekit.sched import schedule_pipelines
 
-    @tk.kernel
-    def plain(A, B, C, BM: tk.constexpr, BN: tk.constexpr, BK: tk.constexpr):
-        m, n = tk.program_id(0), tk.program_id(1)
-        acc = tk.zeros((BM, BN), tk.float32)
-        for _, a, b in tk.pipeline(A.tiles((BM, BK), row=m), B.tiles((BK, BN), col=n),
-                                   stages=2, engine="plain"):
-            acc = tk.dot(a, b, acc)
-        C.tile((BM, BN), (m, n)).store(acc)
-
     bf16 = ml_dtypes.bfloat16
-    mod = plain.trace(np.zeros((64, 64), bf16), np.zeros((64, 64), bf16),
-                      np.zeros((64, 64), np.float32), BM=64, BN=64, BK=32)
+    mod = engine_matmul.trace(np.zeros((64, 64), bf16), np.zeros((64, 64), bf16),
+                              np.zeros((64, 64), np.float32), BM=64, BN=64, BK=32,
+                              ENGINE="plain")
     plan = schedule_pipelines(mod, "sm_80").kernel.pipeline_smem_bytes
     k = compile_module(mod, "sm_80")
     return k.binary.decode(), k, plan

@@ -26,6 +26,7 @@ import pytest
 from llvmlite import ir
 
 import tilekit as tk
+from tests.codegen.matmuls import fresh_operands
 from tests.codegen.sass_checks import needs_cuobjdump, needs_linker, opcodes, resources
 from tests.lang import kernels as K
 from tilekit import knobs
@@ -283,10 +284,7 @@ def accumulation_bound(a: np.ndarray, b: np.ndarray, k_padded: int) -> np.ndarra
 def test_matmul_on_tensor_cores_matches_float64(on_gpu, dtype: str, shape, tile):
     M, N, Kd = shape
     BM, BN, BK = tile
-    dt = TYPES[dtype][0]
-    rng = np.random.default_rng()  # fresh data every run
-    a = rng.standard_normal((M, Kd)).astype(dt)
-    b = rng.standard_normal((Kd, N)).astype(dt)
+    a, b = fresh_operands(TYPES[dtype][0], M, N, Kd)
     grid = (tk.cdiv(M, BM), tk.cdiv(N, BN))
     ptx = compile_module(K.matmul.trace(a, b, np.zeros((M, N), f32), Kd, BM=BM, BN=BN, BK=BK,
                                         ACC=tk.float32, TRANS_B=False), "sm_90a").binary

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import tilekit as tk
+from tests.codegen.matmuls import engine_matmul, fresh_operands
 from tests.codegen.sass_checks import needs_cuobjdump, opcodes, resources
 from tests.codegen.test_mma import accumulation_bound
 from tests.sched.builders import run
@@ -132,17 +133,8 @@ def test_unaligned_rows_are_read_in_place_after_a_run_time_check():
 
 
 def test_forced_tma_keeps_row_major_stages():
-    @tk.kernel
-    def forced(A, B, C, BM: tk.constexpr, BN: tk.constexpr, BK: tk.constexpr):
-        m, n = tk.program_id(0), tk.program_id(1)
-        acc = tk.zeros((BM, BN), tk.float32)
-        for _, a, b in tk.pipeline(A.tiles((BM, BK), row=m), B.tiles((BK, BN), col=n),
-                                   stages=2, engine="tma"):
-            acc = tk.dot(a, b, acc)
-        C.tile((BM, BN), (m, n)).store(acc)
-
-    mod = forced.trace(np.zeros((64, 64), bf16), np.zeros((64, 64), bf16),
-                       np.zeros((64, 64), f32), BM=64, BN=64, BK=32)
+    mod = engine_matmul.trace(np.zeros((64, 64), bf16), np.zeros((64, 64), bf16),
+                              np.zeros((64, 64), f32), BM=64, BN=64, BK=32, ENGINE="tma")
     (report,) = schedule_pipelines(mod, "sm_90a").kernel.schedule_reports
     assert report.engines == (Engine.TMA, Engine.TMA)
     assert all(s.feeds is None and "forced TMA" in s.feed_note for s in report.streams)
@@ -314,10 +306,7 @@ GPU_TILES = [(64, 64, 32, 3), (128, 128, 32, 3), (16, 64, 64, 2), (128, 128, 64,
 def test_pipelined_matmul_matches_float64_and_the_interpreter(on_gpu, dtype: str, shape, tile):
     M, N, Kd = shape
     BM, BN, BK, S = tile
-    dt = TYPES[dtype]
-    rng = np.random.default_rng()  # fresh data every run
-    a = rng.standard_normal((M, Kd)).astype(dt)
-    b = rng.standard_normal((Kd, N)).astype(dt)
+    a, b = fresh_operands(TYPES[dtype], M, N, Kd)
     grid = (tk.cdiv(M, BM), tk.cdiv(N, BN))
     (report,) = schedule_pipelines(traced(M=M, N=N, Kd=Kd, BM=BM, BN=BN, BK=BK, S=S, a=a, b=b),
                                    "sm_90a", num_warps=4).kernel.schedule_reports

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 import tilekit as tk
+from tests.codegen.matmuls import engine_matmul
 from tests.codegen.sass_checks import needs_cuobjdump, opcodes
 from tests.codegen.test_pipelined_mma import (
     TYPES,
@@ -117,17 +118,8 @@ def test_16_byte_rows_are_unchanged():
 
 
 def test_forced_plain_copies_keep_row_major_stages():
-    @tk.kernel
-    def forced(A, B, C, BM: tk.constexpr, BN: tk.constexpr, BK: tk.constexpr):
-        m, n = tk.program_id(0), tk.program_id(1)
-        acc = tk.zeros((BM, BN), tk.float32)
-        for _, a, b in tk.pipeline(A.tiles((BM, BK), row=m), B.tiles((BK, BN), col=n),
-                                   stages=2, engine="plain"):
-            acc = tk.dot(a, b, acc)
-        C.tile((BM, BN), (m, n)).store(acc)
-
-    module = forced.trace(np.zeros((64, 100), bf16), np.zeros((100, 64), bf16),
-                          np.zeros((64, 64), f32), BM=64, BN=64, BK=32)
+    module = engine_matmul.trace(np.zeros((64, 100), bf16), np.zeros((100, 64), bf16),
+                                 np.zeros((64, 64), f32), BM=64, BN=64, BK=32, ENGINE="plain")
     (report,) = schedule_pipelines(module, "sm_80").kernel.schedule_reports
     assert all(s.engine is Engine.PLAIN and s.feeds is None
                and "forced plain copies" in s.feed_note for s in report.streams)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import tilekit as tk
+from tests.codegen.matmuls import fresh_operands
 from tests.codegen.sass_checks import needs_cuobjdump, opcodes, resources
 from tests.sched.builders import run
 from tilekit import knobs
@@ -302,9 +303,7 @@ def test_wgmma_matmul_matches_float64(on_gpu, dtype: str, shape, tile):
     M, N, Kd = shape
     BM, BN, BK, S = tile
     dt = TYPES[dtype]
-    rng = np.random.default_rng()  # fresh data every run
-    a = rng.standard_normal((M, Kd)).astype(dt)
-    b = rng.standard_normal((Kd, N)).astype(dt)
+    a, b = fresh_operands(dt, M, N, Kd)
     module = traced(dt, M, N, Kd, BM, BN, BK, S, a=a, b=b)
     warps = default_num_warps(module)
     (report,) = schedule_pipelines(module, "sm_90a", num_warps=warps).kernel.schedule_reports
