@@ -57,8 +57,9 @@ def _interpreted():
         yield
 
 
-def traced(dtype=bf16, M=256, N=256, Kd=192, BM=128, BN=128, BK=64, S=3, out=f32, **arrays):
-    a = arrays.get("a", np.ones((M, Kd), dtype))
+def traced(dtype=bf16, M=256, N=256, Kd=192, BM=128, BN=128, BK=64, S=3, out=f32, a_t=False,
+           **arrays):
+    a = arrays.get("a", np.ones((Kd, M), dtype).T if a_t else np.ones((M, Kd), dtype))
     b = arrays.get("b", np.ones((Kd, N), dtype))
     return matmul_pipelined.trace(a, b, np.zeros((M, N), out), Kd, BM=BM, BN=BN, BK=BK,
                                   STAGES=S)
@@ -154,8 +155,46 @@ def test_aligned_operands_take_tma_into_wgmma_stages():
     assert "2 boxes of 64x64" in text
 
 
+def test_misaligned_k_rows_are_read_from_a_repacked_copy():
+    """Rows of 36 bf16 (72 bytes) admit no tensor map: the layout library's REPACK plan
+    (rows padded to 16 bytes) feeds wgmma instead of mma.sync, the kernel is compiled for
+    that copy, and the report says so with the rule the tensor broke."""
+    module, report = scheduled(Kd=36, BK=32)
+    a, b = report.streams
+    assert report.engines == (Engine.TMA, Engine.TMA)
+    assert a.decision.repack and not b.decision.repack
+    assert isinstance(a.feeds, WgmmaStage) and isinstance(b.feeds, WgmmaStage)
+    assert a.tma_rules == ("TMA_GLOBAL_STRIDE_ALIGN",)
+    assert module.kernel.repacked == {"A"}
+    assert {"A"} <= module.kernel.strides16 and {"A"} <= module.kernel.aligned16
+    text = format_report(report)
+    assert "TMA reads a copy of A that the runtime makes before each launch" in text
+    assert "repack A once into a row-major copy with row pitch" in text
+    assert "TMA_GLOBAL_STRIDE_ALIGN: global stride 194 bytes" in text
+    kernel = compile_module(traced(Kd=36, BK=32), "sm_90a", 8)
+    assert kernel.repacked == ("A",)
+    assert [(p.arg, p.swizzle) for p in kernel.params if p.kind.value == "tensor_map"] == \
+        [("A", "B64"), ("B", "B128")]
+
+
+def test_an_aligned_bucket_repacks_nothing():
+    module, report = scheduled()
+    assert module.kernel.repacked == frozenset()
+    assert not any(s.decision.repack for s in report.streams)
+    assert compile_module(traced(), "sm_90a", 8).repacked == ()
+
+
+@needs_cuobjdump
+def test_sass_of_the_repacked_bucket_has_hgmma_and_utmaldg():
+    cubin = link.link_ptx(compile_module(traced(Kd=8092 // 64, BK=64), "sm_90a", 8).binary,
+                          "sm_90a")
+    ops = {o.split(".")[0] for o in opcodes(cubin)}
+    assert {"HGMMA", "UTMALDG"} <= ops and "HMMA" not in ops
+
+
 @pytest.mark.parametrize("change, kw", [
-    ("misaligned K rows", dict(Kd=36, BK=32)),  # rows of 72 bytes: no TMA, cp.async
+    # rows of 72 bytes, not unit-stride: no repack row by row, cp.async into mma.sync
+    ("misaligned K rows, column-major A", dict(Kd=36, BK=32, a_t=True)),
     ("sm_80", dict(arch="sm_80")),
     ("2 warps", dict(warps=2, BM=64, BN=64)),
     ("the knob", dict()),
@@ -166,7 +205,9 @@ def test_otherwise_the_dot_stays_on_mma_sync(change: str, kw):
     with knobs.override(wgmma=change != "the knob"):
         _, report = scheduled(arch, warps, **kw)
     assert not any(isinstance(s.feeds, WgmmaStage) for s in report.streams)
-    assert all(s.feeds is not None for s in report.streams)  # mma.sync reads in place
+    assert not any(s.decision.repack for s in report.streams)
+    if "column-major" not in change:  # (a column-major A is staged through registers)
+        assert all(s.feeds is not None for s in report.streams)  # mma.sync reads in place
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
@@ -318,3 +359,75 @@ def test_wgmma_matmul_matches_float64(on_gpu, dtype: str, shape, tile):
     err = np.abs(c.astype(np.float64) - ref)
     assert not np.isnan(c).any()
     assert (err <= bound).all(), float((err / bound).max())
+
+
+# Rows of A (and of B where N is odd) that are not multiples of 16 bytes: the runtime
+# repacks them (tilekit.rt.repack) and the dot still runs on wgmma.
+MISALIGNED_SHAPES = [(97, 136, 70), (129, 520, 262), (64, 64, 36), (300, 1000, 999),
+                     (1, 8, 9), (65, 77, 70), (300, 1001, 999)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [GPU_TILES[0], GPU_TILES[2]],
+                         ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("shape", MISALIGNED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", sorted(TYPES))
+def test_repacked_wgmma_matmul_matches_float64(on_gpu, dtype: str, shape, tile):
+    test_wgmma_matmul_matches_float64(on_gpu, dtype, shape, tile)
+    M, N, Kd = shape
+    assert repacked_by_bucket(b_aligned=N % 8 == 0) == {("A", "B") if N % 8 else ("A",)}
+
+
+def repacked_by_bucket(b_aligned: bool) -> set[tuple[str, ...]]:
+    """``CompiledKernel.repacked`` of the loaded variants whose A rows are misaligned
+    (every such variant of one bucket is the same kernel)."""
+    out = set()
+    for variant, kernel in matmul_pipelined._loaded.items():
+        args = dict(variant.spec.args)
+        if not args["A"].strides16 and args["B"].strides16 == b_aligned:
+            out.add(kernel.compiled.repacked)
+    return out
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.mark.gpu
+def test_repacked_torch_views_and_a_cuda_graph(on_gpu):
+    """Device tensors: A a column slice of a wider matrix (rows of 2,050 bytes, not dense),
+    B transposed-contiguous; the copy is made on the launch's stream, also inside a CUDA
+    graph capture, whose replays copy the static buffers' new data."""
+    torch = _torch()
+    M, N, Kd, BM, BN, BK = 300, 256, 1025, 128, 128, 64
+    wide = torch.randn(M, Kd + 3, device="cuda", dtype=torch.bfloat16)
+    a = wide[:, :Kd]
+    b = torch.randn(Kd, N, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((M, N), float("nan"), device="cuda")
+    grid = (tk.cdiv(M, BM), tk.cdiv(N, BN))
+
+    def run_once():
+        matmul_pipelined[grid](a, b, c, Kd, BM=BM, BN=BN, BK=BK, STAGES=3)
+
+    def check():
+        ref = a.double() @ b.double()
+        bound = 1e-5 * (a.double().abs() @ b.double().abs()) + 1e-6
+        assert bool(((c.double() - ref).abs() <= bound).all())
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run_once()
+    torch.cuda.synchronize()
+    check()
+    assert repacked_by_bucket(b_aligned=True) == {("A",)}
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        run_once()
+    for _ in range(3):
+        wide.copy_(torch.randn_like(wide))
+        b.copy_(torch.randn_like(b))
+        c.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        check()

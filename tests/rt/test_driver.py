@@ -162,7 +162,8 @@ _SCALARS = {"int": ctypes.c_int, "unsigned int": ctypes.c_uint, "size_t": ctypes
             "cuuint32_t": ctypes.c_uint32, "cuuint64_t": ctypes.c_uint64,
             "CUtensorMap": driver.CUtensorMap, "CUtensorMapDataType": ctypes.c_int,
             "CUtensorMapInterleave": ctypes.c_int, "CUtensorMapSwizzle": ctypes.c_int,
-            "CUtensorMapL2promotion": ctypes.c_int, "CUtensorMapFloatOOBfill": ctypes.c_int}
+            "CUtensorMapL2promotion": ctypes.c_int, "CUtensorMapFloatOOBfill": ctypes.c_int,
+            "CUDA_MEMCPY2D": driver.CUDA_MEMCPY2D}
 
 
 def _ctype(c: str) -> object:
@@ -195,5 +196,5 @@ def test_prototypes_match_the_declarations_of_cuda_bindings() -> None:
         params = [re.sub(r"\s+\w+$", "", p.strip()) for p in found.group(1).split(",")]
         assert tuple(_ctype(p) for p in params) == argtypes, name
         versioned = {"cuDeviceTotalMem", "cuMemAlloc", "cuMemFree", "cuMemcpyHtoDAsync",
-                     "cuMemcpyDtoHAsync"}
+                     "cuMemcpyDtoHAsync", "cuMemcpy2DAsync"}
         assert symbol == (name + "_v2" if name in versioned else name)

@@ -66,8 +66,8 @@ class AssertSite(namedtuple("AssertSite", "message file line col", defaults=(Non
 
 class CompiledKernel(namedtuple(
         "CompiledKernel", "name target binary_kind binary num_warps warp_size shared_bytes params "
-        "asserts written_args prints llvm_ir",
-        defaults=((), (), False, ""))):
+        "asserts written_args prints llvm_ir repacked",
+        defaults=((), (), False, "", ()))):
     """One kernel compiled for one target (a specialization of one kernel).
 
     ``binary`` is the PTX text for NVIDIA targets (``binary_kind == "ptx"``) or a code
@@ -93,6 +93,9 @@ class CompiledKernel(namedtuple(
     # written_args: tuple[str, ...] = ()  # tensor arguments the kernel may write
     # prints: bool = False  # tk.device_print: the runtime synchronizes to flush the output
     # llvm_ir: str = ""  # for TILEKIT_DUMP=llvm; dropped before caching
+    # repacked: tuple[str, ...] = ()  # tensor arguments the runtime copies before the
+    #   launch into a buffer with rows padded to 16 bytes (tilekit.rt.repack); the kernel
+    #   was compiled for that copy (16-byte aligned base and row strides)
 
     @property
     def block_threads(self) -> int:

@@ -292,7 +292,10 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
         if should_dump("layout"):
             dump(laid, "layout")
-        aligned16, unit_inner, strides16 = (frozenset(getattr(fn, f, frozenset()))
+        # the scheduled function's facts: a repacked tensor (fn.repacked) is read only as
+        # the runtime's aligned copy, which the schedule added to aligned16 and strides16
+        scheduled = module.kernel
+        aligned16, unit_inner, strides16 = (frozenset(getattr(scheduled, f, frozenset()))
                                             for f in ("aligned16", "unit_inner", "strides16"))
         lowering = lower_function(laid.kernel, tgt, warps, aligned16, unit_inner, strides16,
                                   divisible, pipeline_smem_bytes=pipeline_bytes)
@@ -314,4 +317,5 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         shared_bytes=lowering.shared_bytes,
         params=tuple(lowering.slots), asserts=tuple(lowering.asserts),
         written_args=written_args(laid),
-        prints=any(op.name == "print" for op in laid.walk()), llvm_ir=llvm_text)
+        prints=any(op.name == "print" for op in laid.walk()), llvm_ir=llvm_text,
+        repacked=tuple(sorted(getattr(module.kernel, "repacked", ()))))

@@ -292,6 +292,7 @@ def kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
         "asserts": [[a.message, a.file, a.line, a.col] for a in k.asserts],
         "written_args": list(k.written_args),
         "prints": k.prints,
+        "repacked": list(k.repacked),
     }
 
 
@@ -311,6 +312,7 @@ def kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
                       for m, f, ln, c in d["asserts"]),
         written_args=tuple(str(a) for a in d["written_args"]),
         prints=bool(d.get("prints", False)),
+        repacked=tuple(str(a) for a in d.get("repacked", ())),
     )
 
 

@@ -83,6 +83,21 @@ class CUtensorMap(ctypes.Structure):
     _fields_ = [("opaque", _cuuint64 * (TENSOR_MAP_BYTES // 8))]
 
 
+class CUDA_MEMCPY2D(ctypes.Structure):  # noqa: N801  (cuda.h's name)
+    """``CUDA_MEMCPY2D`` (cuda.h): a copy of ``Height`` rows of ``WidthInBytes`` bytes
+    between two pitched buffers; tilekit fills only the device-to-device fields."""
+
+    _fields_ = [("srcXInBytes", ctypes.c_size_t), ("srcY", ctypes.c_size_t),
+                ("srcMemoryType", ctypes.c_int), ("srcHost", ctypes.c_void_p),
+                ("srcDevice", ctypes.c_uint64), ("srcArray", ctypes.c_void_p),
+                ("srcPitch", ctypes.c_size_t),
+                ("dstXInBytes", ctypes.c_size_t), ("dstY", ctypes.c_size_t),
+                ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p),
+                ("dstDevice", ctypes.c_uint64), ("dstArray", ctypes.c_void_p),
+                ("dstPitch", ctypes.c_size_t),
+                ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t)]
+
+
 # name -> (the library's symbol, argument types); every function returns a CUresult. The
 # symbols are those cuda.h's macros name (``cuMemAlloc`` is ``cuMemAlloc_v2``: the
 # unversioned symbols take 32-bit pointers and sizes), without ``_ptsz``: the legacy
@@ -111,6 +126,9 @@ _PROTOTYPES: dict[str, tuple[str, tuple[Any, ...]]] = {
     "cuMemcpyDtoHAsync": ("cuMemcpyDtoHAsync_v2",
                           (ctypes.c_void_p, _CUdeviceptr, _size_t, _handle)),
     "cuMemsetD32Async": ("cuMemsetD32Async", (_CUdeviceptr, _uint, _size_t, _handle)),
+    "cuMemAllocAsync": ("cuMemAllocAsync", (_P(_CUdeviceptr), _size_t, _handle)),
+    "cuMemFreeAsync": ("cuMemFreeAsync", (_CUdeviceptr, _handle)),
+    "cuMemcpy2DAsync": ("cuMemcpy2DAsync_v2", (_P(CUDA_MEMCPY2D), _handle)),
     "cuStreamSynchronize": ("cuStreamSynchronize", (_handle,)),
     # tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
     # boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill
@@ -490,6 +508,34 @@ def alloc(nbytes: int, loc: SourceLoc | None = None) -> int:
 
 def free(ptr: int) -> None:
     _fn("cuMemFree")(ptr)  # best effort: freeing happens on error paths too
+
+
+def alloc_async(nbytes: int, stream: int, loc: SourceLoc | None = None) -> int:
+    """Device memory ordered on ``stream`` (the device's default memory pool): usable by
+    work queued on ``stream`` after this call, and inside a CUDA graph capture."""
+    ptr = _CUdeviceptr()
+    _call("cuMemAllocAsync", ctypes.byref(ptr), max(nbytes, 1), stream or None, loc=loc)
+    return ptr.value
+
+
+def free_async(ptr: int, stream: int) -> None:
+    """Free ``alloc_async`` memory once the work queued on ``stream`` so far is done."""
+    _fn("cuMemFreeAsync")(ptr, stream or None)  # best effort: error paths free too
+
+
+_CU_MEMORYTYPE_DEVICE = 2
+
+
+def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int, rows: int,
+              stream: int, loc: SourceLoc | None = None) -> None:
+    """Copy ``rows`` rows of ``row_bytes`` bytes between two device buffers whose rows
+    start every ``src_pitch`` and ``dst_pitch`` bytes (``cuMemcpy2DAsync``)."""
+    if not (rows and row_bytes):
+        return
+    copy = CUDA_MEMCPY2D(srcMemoryType=_CU_MEMORYTYPE_DEVICE, srcDevice=src, srcPitch=src_pitch,
+                         dstMemoryType=_CU_MEMORYTYPE_DEVICE, dstDevice=dst, dstPitch=dst_pitch,
+                         WidthInBytes=row_bytes, Height=rows)
+    _call("cuMemcpy2DAsync", ctypes.byref(copy), stream or None, loc=loc)
 
 
 def copy_to_device(dst: int, src_host: int, nbytes: int, stream: int,

@@ -358,8 +358,14 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         checks.check_index_width(arr, tspec.index, loc)
         if isinstance(arr, DeviceArray):
             checks.check_alignment(arr, arr.ptr, tspec.aligned16, loc)
+    repacks = {}
+    if compiled.repacked:  # the kernel reads copies of these (tilekit.rt.repack)
+        from tilekit.rt import repack
+
+        indices = {n: t.index for n, t in facts.items() if isinstance(t, TensorSpec)}
+        repacks = repack.plan(compiled.repacked, tensors, indices, loc)
     if loaded.map_slots:
-        loaded.check_maps(tensors, loc)
+        loaded.check_maps({**tensors, **repacks}, loc)
     stream = device_arrays.stream_handle(stream_arg, loc) if stream_arg is not None else \
         device_arrays.current_stream(list(tensors.values()), values, device)
 
@@ -373,7 +379,9 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
             buffers.append(base)
             ptrs[s.name] = s.device_ptr(base)
             driver.copy_to_device(base, s.upload_source(), s.nbytes, stream, loc)
-        loaded.fill(tensors, ptrs, scalars, loc)
+        for name, r in repacks.items():
+            ptrs[name] = r.fill(ptrs[name], stream, loc)
+        loaded.fill({**tensors, **repacks}, ptrs, scalars, loc)
         driver.launch(loaded.function, grid, compiled.block_threads, compiled.shared_bytes,
                       stream, loaded.params_ptr, loc)
         if compiled.asserts:
@@ -391,9 +399,11 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         for s, tmp in backs:
             s.copy_back(tmp)
         ok = True
-        if fast and not staged:
+        if fast and not staged and not repacks:
             install(kern, spec, loaded, bound, candidates)
     finally:
+        for r in repacks.values():  # freed once the launch is done (stream-ordered)
+            r.free(stream)
         if buffers:
             if not ok:
                 try:

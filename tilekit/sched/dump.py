@@ -1,7 +1,9 @@
 """``TILEKIT_DUMP=sched``: the schedule of every pipeline, in words, then the scheduled IR.
 
 For each pipeline: the user's line, the stage count, the warp roles, per stream the engine
-(and, when a faster one was refused, each rule's name and message; for a stage a ``tk.dot``
+(and, when a faster one was refused, each rule's name and message; when TMA reads a copy
+the runtime makes of a tensor it refused, the layout library's repack plan and the rules the
+tensor itself broke; for a stage a ``tk.dot``
 reads in place, its swizzle and ldmatrix reads, or why it is not), and the shared-memory
 plan (every ring's and barrier ring's offset and bytes, the function's total against the
 target's limit).
@@ -69,6 +71,12 @@ def format_report(report: ScheduleReport) -> str:
         edge = "edge tiles guarded" if s.guarded else "no edge tiles (divisible)"
         lines.append(f"  stream {s.index}: {s.tensor} {dims}x{s.dtype.short} along {s.axis}: "
                      f"{s.engine} ({how}{extra}); {edge}")
+        if s.decision.repack:
+            lines.append(f"    TMA reads a copy of {s.tensor} that the runtime makes before each "
+                         f"launch (the layout library's plan for the bucket's weakest tensor: "
+                         f"{s.decision.repack_note})")
+            lines.append(f"    TMA refused {s.tensor} itself:")
+            lines.extend(f"      {x.rule.name}: {x.message}" for x in s.tma_rejections)
         if s.feeds is not None:
             lines.append(f"    stage read in place by tk.dot: {s.feeds.describe()}")
         elif s.feed_note:

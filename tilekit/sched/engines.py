@@ -24,6 +24,9 @@ condition that the witness meets no better than any member.
   (a bf16 row of 8092 elements is 16,184 bytes: 8-byte aligned), so the copy tests the base
   and the row strides once and falls back to element copies when they are not so aligned.
 * plain loads and shared stores: always (any padding).
+* TMA from a repacked copy (``EngineDecision.repack``; decided by the schedule for wgmma
+  operands only, ``schedule._repacked_feed``): the runtime copies the tensor into a buffer
+  whose rows are padded to 16 bytes before each launch, and the kernel reads that copy.
 
 A decision keeps every reason a faster engine was refused (the TMA rules' names and
 messages), for the ``TILEKIT_DUMP=sched`` report and for the error when a user forces an
@@ -123,6 +126,11 @@ class EngineDecision:
     # cp.async whose chunk the copy checks at run time (base and row strides multiples of
     # ``vector_bytes``), falling back to element copies; False: the facts prove the chunk
     checked: bool = False
+    # TMA from a copy the runtime makes at each launch (``tilekit.rt.repack``): the tensor
+    # itself is refused (``rejections``), its row-major copy with padded rows is not.
+    # ``witness`` is then that copy; the plan is ``tma_alternatives``' REPACK one.
+    repack: bool = False
+    repack_note: str = ""  # the REPACK alternative's explanation, for the report
 
     def rejected(self, engine: Engine) -> tuple[Rejection, ...]:
         return tuple(r for r in self.rejections if r.engine is engine)

@@ -216,7 +216,7 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
         facts_of.append(facts)
     roles = _roles(op, tgt, num_warps)
     consumer_warps = roles.consumer_warps if roles.mode is RoleMode.SPECIALIZED else num_warps
-    wgmma = _wgmma_feeds(op, reports, facts_of, tgt, consumer_warps)
+    wgmma = _wgmma_feeds(op, reports, facts_of, tgt, consumer_warps, _written(fn))
     streams = [wgmma.get(k) or _dot_feed(op, r, f, tgt, num_warps)
                for k, (r, f) in enumerate(zip(reports, facts_of))]
     lagged = _lagged(op, streams) if op.attrs["stages"] >= 2 else ()
@@ -258,14 +258,69 @@ def _lagged(op: Operation, streams: list[StreamReport]) -> tuple[int, ...]:
     return (k,)
 
 
+def _written(fn: Function) -> frozenset[str]:
+    """The tensor arguments ``fn`` may write (stores, atomics, bulk stores)."""
+    names = set()
+    for op in fn.walk():
+        if op.name in ("store", "tile_store", "atomic"):
+            names.add(op.operands[0].name_hint)
+        elif op.name == "copy_s2g":
+            names.add(op.operand("tensor").name_hint)
+    return frozenset(n for n in names if n)
+
+
+def _repackable(stream: StreamReport, facts: TensorFacts, written: frozenset[str]) -> bool:
+    """Whether a stream refused TMA may read a repacked copy instead: chosen
+    automatically, zero padding, a unit inner stride (the copy moves whole rows) and a
+    tensor the kernel only reads (a copy would hide its writes)."""
+    return (not stream.decision.forced and stream.padding == 0 and facts.unit_inner
+            and facts.name not in written)
+
+
+def _repacked_feed(stream: StreamReport, facts: TensorFacts, stage: WgmmaStage,
+                   arch: int) -> StreamReport | None:
+    """``stream`` fed by TMA from a copy of its tensor the runtime makes at each launch,
+    when ``tma_alternatives`` offers one for the wgmma stage's exact box and swizzle (its
+    REPACK plan: rows padded to 16 bytes); None otherwise.
+
+    wgmma reads its stages only as TMA's swizzled boxes, so among the alternatives the
+    layout library ranks for the refused request, only plans that keep that box can feed
+    it; the other ones (cp.async, plain copies) feed mma.sync instead, at under half the
+    tensor cores' rate. The copy costs one read and one write of the tensor per launch and
+    pays once several programs read each tile (a matmul's ``a`` is read by every column of
+    blocks): bench/matmul.py's misaligned-K rows measure it."""
+    from dataclasses import replace
+
+    from tilekit.layout.admissibility import AlternativeKind
+    from tilekit.layout.tma import TmaPlan, TmaRequest, tma_alternatives
+
+    request = TmaRequest(facts.witness(stage.box), stage.box, swizzle=stage.swizzle)
+    for alt in tma_alternatives(request, arch=arch):
+        plan = alt.params
+        if alt.kind is not AlternativeKind.REPACK or not isinstance(plan, TmaPlan):
+            continue
+        if plan.copies_per_tile != 1 or plan.request.box != stage.box or \
+                plan.request.swizzle != stage.swizzle:
+            continue
+        refused = stream.decision.rejected(Engine.TMA)
+        decision = EngineDecision(Engine.TMA, False, tma=plan.descriptor, rejections=refused,
+                                  witness=plan.request.tensor, repack=True,
+                                  repack_note=alt.explanation)
+        return replace(stream, feeds=stage, decision=decision)
+    return None
+
+
 def _wgmma_feeds(op: Operation, streams: list[StreamReport], facts: list[TensorFacts],
-                 tgt: Target, num_warps: int) -> dict[int, StreamReport]:
+                 tgt: Target, num_warps: int,
+                 written: frozenset[str] = frozenset()) -> dict[int, StreamReport]:
     """The streams whose stages wgmma reads through descriptors (sm_90a): for each dot
     whose ``a`` and ``b`` are the tiles of two TMA streams that nothing else reads, and
     that fits wgmma (``wgmma_plan.wgmma_misfit``), both streams' TMA boxes become the
     plan's swizzled boxes (``wgmma_plan.wgmma_stage``), asked again of the layout library
-    on the bucket's weakest tensor. Anything short of that leaves the streams to
-    ``_dot_feed`` (mma.sync)."""
+    on the bucket's weakest tensor. A stream refused TMA by its tensor's strides or base
+    reads a repacked copy instead where the layout library offers one
+    (``_repacked_feed``). Anything short of that leaves the streams to ``_dot_feed``
+    (mma.sync)."""
     from dataclasses import replace
 
     from tilekit import knobs
@@ -285,7 +340,8 @@ def _wgmma_feeds(op: Operation, streams: list[StreamReport], facts: list[TensorF
             continue
         if any(_dot_uses(op, k) != [(dot, slot)] for k, slot in zip(ks, ("a", "b"))):
             continue
-        if any(streams[k].engine is not Engine.TMA for k in ks):
+        if any(streams[k].engine is not Engine.TMA
+               and not _repackable(streams[k], facts[k], written) for k in ks):
             continue
         a, acc = dot.operand("a").type, dot.operand("acc").type
         (m, kk), n = a.shape, acc.shape[1]
@@ -297,6 +353,12 @@ def _wgmma_feeds(op: Operation, streams: list[StreamReport], facts: list[TensorF
             continue
         found = {}
         for k, stage in zip(ks, (plan.a, plan.b)):
+            if streams[k].engine is not Engine.TMA:
+                fed = _repacked_feed(streams[k], facts[k], stage, arch)
+                if fed is None:
+                    break
+                found[k] = fed
+                continue
             witness = facts[k].witness(stage.box)
             verdict = tma.tma_admissibility(
                 tma.TmaRequest(witness, stage.box, swizzle=stage.swizzle), arch=arch)
@@ -733,7 +795,19 @@ def schedule_function(fn: Function, tgt: Target, num_warps: int,
         for p in pipes)
     fn.pipeline_smem_bytes = plan.total_bytes  # type: ignore[attr-defined]
     fn.schedule_reports = reports  # type: ignore[attr-defined]
+    _note_repacks(fn, pipes)
     return reports
+
+
+def _note_repacks(fn: Function, pipes: Sequence[_Pipeline]) -> None:
+    """``fn.repacked``: the tensors the runtime copies before each launch (rows padded to
+    16 bytes, a fresh 256-byte aligned base). The kernel reads only the copy, so those
+    tensors join the bucket's ``aligned16`` and ``strides16`` facts for the lowering."""
+    names = frozenset(s.tensor for p in pipes for s in p.streams if s.decision.repack)
+    fn.repacked = names  # type: ignore[attr-defined]
+    if names:
+        for fact in ("aligned16", "strides16"):
+            setattr(fn, fact, frozenset(getattr(fn, fact, frozenset())) | names)
 
 
 def schedule_pipelines(module: Module, target: str | Target, *, num_warps: int = 4,
