@@ -154,7 +154,8 @@ def test_a_machine_without_libcuda_says_so(monkeypatch: pytest.MonkeyPatch) -> N
 
 # --- the prototypes -----------------------------------------------------------------------
 
-_POINTERS = {"CUcontext", "CUmodule", "CUfunction", "CUstream", "void*", "const void*"}
+_POINTERS = {"CUcontext", "CUmodule", "CUfunction", "CUstream", "CUmemoryPool", "void*",
+             "const void*"}
 _SCALARS = {"int": ctypes.c_int, "unsigned int": ctypes.c_uint, "size_t": ctypes.c_size_t,
             "CUdevice": ctypes.c_int, "CUdeviceptr": ctypes.c_uint64,
             "CUresult": ctypes.c_int, "CUdevice_attribute": ctypes.c_int,
@@ -163,7 +164,8 @@ _SCALARS = {"int": ctypes.c_int, "unsigned int": ctypes.c_uint, "size_t": ctypes
             "CUtensorMap": driver.CUtensorMap, "CUtensorMapDataType": ctypes.c_int,
             "CUtensorMapInterleave": ctypes.c_int, "CUtensorMapSwizzle": ctypes.c_int,
             "CUtensorMapL2promotion": ctypes.c_int, "CUtensorMapFloatOOBfill": ctypes.c_int,
-            "CUDA_MEMCPY2D": driver.CUDA_MEMCPY2D}
+            "CUDA_MEMCPY2D": driver.CUDA_MEMCPY2D, "CUmemPoolProps": driver.CUmemPoolProps,
+            "CUmemPool_attribute": ctypes.c_int, "CUstreamCaptureStatus": ctypes.c_int}
 
 
 def _ctype(c: str) -> object:

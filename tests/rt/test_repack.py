@@ -41,7 +41,7 @@ class Calls:
             ("free", ptr, stream)))
         monkeypatch.setattr(driver, "copy_rows", lambda *a: self.log.append(("copy", *a[:7])))
 
-    def alloc(self, nbytes: int, stream: int, loc: Any = None) -> int:
+    def alloc(self, nbytes: int, stream: int, device: int, loc: Any = None) -> int:
         self.log.append(("alloc", nbytes, stream))
         return BUFFER + 256 * len([c for c in self.log if c[0] == "alloc"])
 
@@ -171,3 +171,6 @@ def test_the_memcpy2d_struct_is_cuda_h_s() -> None:
     names = [line.split()[-1] for line in body.group(1).splitlines() if line.strip()]
     assert names == [f[0] for f in driver.CUDA_MEMCPY2D._fields_]
     assert ctypes.sizeof(driver.CUDA_MEMCPY2D) == 128
+    # CUmemPoolProps: four ints, a pointer and 64 bytes (CUDA 11's reserved[64], which
+    # CUDA 12 and 13 split into maxSize, usage and reserved ones)
+    assert ctypes.sizeof(driver.CUmemPoolProps) == 88

@@ -90,7 +90,7 @@ class RepackedArray:
     def fill(self, source_ptr: int, stream: int, loc: SourceLoc | None) -> int:
         """Allocate the copy on ``stream``, queue the copy from ``source_ptr`` (the source's
         element (0, ..., 0)), and return the copy's address."""
-        self.buffer = driver.alloc_async(self.nbytes, stream, loc)
+        self.buffer = driver.alloc_async(self.nbytes, stream, self.device, loc)
         item = self.dtype.itemsize
         shape, src = self.shape, self.source.strides
         if not self.nbytes:
