@@ -10,7 +10,11 @@ shows the dot's path.
 shared memory for ``ldmatrix``. ``matmul_pipelined`` streams the same tiles with
 ``tk.pipeline``: up to ``STAGES`` K steps are copied into shared memory ahead of the
 math (cp.async), in the swizzled layout the dot's ``ldmatrix`` reads, so each stage feeds
-the tensor cores directly; ``TILEKIT_DUMP=sched`` shows the stages and their layout.
+the tensor cores directly; ``TILEKIT_DUMP=sched`` shows the stages and their layout. On
+sm_90a the stages are TMA's swizzled boxes and the dot runs on ``wgmma`` (an operand whose
+rows are not multiples of 16 bytes, such as K = 8092 bf16, is read from a copy with padded
+rows that the runtime makes at each launch). ``WARP_ROLES=True`` gives the copies to a
+producer warp and the dots to the other warps (warpgroups on sm_90a, with ``setmaxnreg``).
 
 Both launch on the grid ``(cdiv(M, BM), cdiv(N, BN))`` (``grid_for``). With ``GROUP_M``
 above 1, ``matmul_pipelined`` reorders its blocks: the programs, numbered in launch order
@@ -81,12 +85,13 @@ def block_of_c(C: tk.Tensor, BM: int, BN: int, GROUP_M: int) -> tuple[tk.Tile, t
 
 
 def block_product(A: tk.Tensor, B: tk.Tensor, m: tk.Tile, n: tk.Tile, BM: int, BN: int,
-                  BK: int, STAGES: int) -> tk.Tile:
+                  BK: int, STAGES: int, WARP_ROLES: bool = False) -> tk.Tile:
     """Block (m, n) of ``A @ B`` in float32: the pipelined K loop, ``STAGES`` K steps of A's
-    row of tiles and B's column of tiles in flight."""
+    row of tiles and B's column of tiles in flight. ``WARP_ROLES``: a producer warp issues
+    the copies and the other warps (on sm_90a, whole warpgroups) only run the dots."""
     acc = tk.zeros((BM, BN), tk.float32)
     for _, a, b in tk.pipeline(A.tiles((BM, BK), row=m), B.tiles((BK, BN), col=n),
-                               stages=STAGES):
+                               stages=STAGES, warp_roles=WARP_ROLES or None):
         acc = tk.dot(a, b, acc)
     return acc
 
@@ -106,9 +111,10 @@ def matmul(A: tk.Tensor, B: tk.Tensor, C: tk.Tensor, K,
 @tk.kernel
 def matmul_pipelined(A: tk.Tensor, B: tk.Tensor, C: tk.Tensor, K,
                      BM: tk.constexpr, BN: tk.constexpr, BK: tk.constexpr,
-                     STAGES: tk.constexpr, GROUP_M: tk.constexpr = 1):
+                     STAGES: tk.constexpr, GROUP_M: tk.constexpr = 1,
+                     WARP_ROLES: tk.constexpr = False):
     m, n = block_of_c(C, BM, BN, GROUP_M)
-    acc = block_product(A, B, m, n, BM, BN, BK, STAGES)
+    acc = block_product(A, B, m, n, BM, BN, BK, STAGES, WARP_ROLES)
     C.tile((BM, BN), (m, n)).store(acc.to(C.dtype))
 
 

@@ -432,3 +432,33 @@ def test_repacked_torch_views_and_a_cuda_graph(on_gpu):
         g.replay()
         torch.cuda.synchronize()
         check()
+
+
+def test_warp_roles_give_wgmma_to_consumer_warpgroups():
+    """``WARP_ROLES``: a producer warp issues the TMA copies, two consumer warpgroups run
+    the wgmma groups; the protocol checker accepts it."""
+    mod = matmul_pipelined.trace(np.ones((256, 192), bf16), np.ones((192, 256), bf16),
+                                 np.zeros((256, 256), bf16), 192, BM=128, BN=256, BK=64,
+                                 STAGES=4, WARP_ROLES=True)
+    out = schedule_pipelines(mod, "sm_90a", num_warps=8)
+    (report,) = out.kernel.schedule_reports
+    assert report.roles.mode.value == "specialized" and report.roles.consumer_warps == 8
+    assert all(isinstance(s.feeds, WgmmaStage) for s in report.streams)
+    assert check_function(out.kernel) == []
+    cubin = link.link_ptx(compile_module(mod, "sm_90a", 8).binary, "sm_90a")
+    assert {"HGMMA", "UTMALDG"} <= {o.split(".")[0] for o in opcodes(cubin)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(300, 1000, 999), (128, 256, 64), (4113, 256, 520)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_warp_specialized_wgmma_matmul_matches_float64(on_gpu, shape):
+    M, N, Kd = shape
+    a, b = fresh_operands(bf16, M, N, Kd)
+    c = np.full((M, N), np.nan, f32)
+    matmul_pipelined[tk.cdiv(M, 128), tk.cdiv(N, 256)](a, b, c, Kd, BM=128, BN=256, BK=64,
+                                                        STAGES=4, WARP_ROLES=True)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    bound = 1e-5 * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)) + 1e-6
+    assert not np.isnan(c).any()
+    assert (np.abs(c.astype(np.float64) - ref) <= bound).all()
