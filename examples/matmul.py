@@ -91,7 +91,7 @@ def block_product(A: tk.Tensor, B: tk.Tensor, m: tk.Tile, n: tk.Tile, BM: int, B
     the copies and the other warps (on sm_90a, whole warpgroups) only run the dots."""
     acc = tk.zeros((BM, BN), tk.float32)
     for _, a, b in tk.pipeline(A.tiles((BM, BK), row=m), B.tiles((BK, BN), col=n),
-                               stages=STAGES, warp_roles=WARP_ROLES or None):
+                               stages=STAGES, warp_roles=bool(WARP_ROLES) or None):
         acc = tk.dot(a, b, acc)
     return acc
 

@@ -102,7 +102,7 @@ def test_a_strided_batch_is_copied_matrix_by_matrix(monkeypatch: pytest.MonkeyPa
     calls = Calls(monkeypatch)
     src = type("Src", (), {"dtype": tk.bfloat16, "shape": (2, 3, 5), "strides": (40, 6, 1),
                            "device": 0})()
-    r = repack.RepackedArray("X", src, None, None)
+    r = repack.RepackedArray("X", src, None, 0, None)
     assert r.strides == (24, 8, 1) and r.nbytes == 2 * 24 * 2
     assert r.fill(0x1000, 7, None) == BUFFER + 256
     copies = [c for c in calls.log if c[0] == "copy"]
@@ -116,7 +116,7 @@ def test_flipped_or_broadcast_rows_are_copied_one_by_one(
     calls = Calls(monkeypatch)
     src = type("Src", (), {"dtype": tk.float16, "shape": (3, 5), "strides": (row_stride, 1),
                            "device": 0})()
-    r = repack.RepackedArray("X", src, None, None)
+    r = repack.RepackedArray("X", src, None, 0, None)
     r.fill(0x2000, 0, None)
     copies = [c[1:] for c in calls.log if c[0] == "copy"]
     assert copies == [(BUFFER + 256 + 16 * i, 16, 0x2000 + 2 * row_stride * i, 10, 10, 1, 0)
@@ -127,7 +127,7 @@ def test_an_empty_tensor_is_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = Calls(monkeypatch)
     src = type("Src", (), {"dtype": tk.bfloat16, "shape": (0, 5), "strides": (5, 1),
                            "device": 0})()
-    r = repack.RepackedArray("X", src, None, None)
+    r = repack.RepackedArray("X", src, None, 0, None)
     r.fill(0x2000, 0, None)
     r.free(0)
     assert calls.kinds() == ["alloc", "free"]
@@ -137,9 +137,9 @@ def test_a_copy_past_32_bit_indices_is_refused_with_what_to_do() -> None:
     src = type("Src", (), {"dtype": tk.bfloat16, "shape": (2**20, 2047), "strides": (2047, 1),
                            "device": 0})()
     with pytest.raises(LaunchError, match="32-bit indices") as info:
-        repack.RepackedArray("X", src, tk.int32, None)
+        repack.RepackedArray("X", src, tk.int32, 0, None)
     assert "multiple of 8 bf16 elements" in str(info.value)
-    repack.RepackedArray("X", src, tk.int64, None)  # 64-bit indices reach it
+    repack.RepackedArray("X", src, tk.int64, 0, None)  # 64-bit indices reach it
 
 
 @pytest.mark.parametrize("shape, itemsize, strides", [

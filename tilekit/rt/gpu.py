@@ -363,7 +363,7 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         from tilekit.rt import repack
 
         indices = {n: t.index for n, t in facts.items() if isinstance(t, TensorSpec)}
-        repacks = repack.plan(compiled.repacked, tensors, indices, loc)
+        repacks = repack.plan(compiled.repacked, tensors, indices, device, loc)
     if loaded.map_slots:
         loaded.check_maps({**tensors, **repacks}, loc)
     stream = device_arrays.stream_handle(stream_arg, loc) if stream_arg is not None else \

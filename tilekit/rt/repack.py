@@ -55,10 +55,11 @@ class RepackedArray:
     and ``dtype`` are what the kernel reads; ``source`` is the caller's array (its device
     address is known once a host array has been staged)."""
 
-    def __init__(self, name: str, source: Any, index: DType | None,
+    def __init__(self, name: str, source: Any, index: DType | None, device: int,
                  loc: SourceLoc | None) -> None:
         self.name = name
         self.source = source
+        self.device = device  # the launch's (a host array's own device is None)
         self.dtype: DType = source.dtype
         self.shape: tuple[int, ...] = tuple(source.shape)
         self.strides = padded_strides(self.shape, self.dtype.itemsize)
@@ -77,7 +78,6 @@ class RepackedArray:
                        "dimension to a multiple of 8 bf16 elements)"])
         self.buffer = 0
 
-    device = property(lambda self: self.source.device)
     aligned16 = True
 
     def __repr__(self) -> str:
@@ -127,8 +127,8 @@ def _copy_matrix(dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: 
 
 
 def plan(names: Iterable[str], tensors: Mapping[str, Any], indices: Mapping[str, DType],
-         loc: SourceLoc | None) -> dict[str, RepackedArray]:
-    """The copies a launch of a kernel whose ``CompiledKernel.repacked`` is ``names`` makes
-    (``indices``: each tensor's index type in the bucket)."""
-    return {n: RepackedArray(n, tensors[n], indices.get(n), loc) for n in names
+         device: int, loc: SourceLoc | None) -> dict[str, RepackedArray]:
+    """The copies a launch on ``device`` of a kernel whose ``CompiledKernel.repacked`` is
+    ``names`` makes (``indices``: each tensor's index type in the bucket)."""
+    return {n: RepackedArray(n, tensors[n], indices.get(n), device, loc) for n in names
             if n in tensors}
