@@ -79,7 +79,8 @@ def triton_kernels():
 
 
 #: (BM, BN, STAGES) tried for each tilekit variant.
-CONFIGS = [(8, 256, 4), (8, 256, 12), (4, 256, 16), (16, 256, 6)]
+CONFIGS = [(8, 256, 4), (8, 256, 12), (4, 256, 16), (16, 256, 6), (16, 256, 8),
+           (32, 256, 4), (32, 128, 8)]
 VARIANTS = {  # name -> (engine, warp roles)
     "tma": ("tma", False),
     "tma + warp roles": ("tma", True),
