@@ -146,7 +146,8 @@ AMD_MESSAGE = "pipelines are not lowered for AMD yet; use tk.range"
 ASYNC_OPS = frozenset({
     "smem_alloc", "mbarrier_alloc", "mbarrier_inval", "mbarrier_arrive", "mbarrier_expect_tx",
     "mbarrier_wait", "fence_mbarrier_init", "fence_proxy_async", "cta_barrier", "copy_g2s",
-    "smem_read", "smem_write", "copy_s2g", "store_wait", "trip_count", "warp_roles",
+    "smem_read", "smem_write", "copy_s2g", "store_wait", "store_drain", "trip_count",
+    "warp_roles",
     "pipeline"})
 #: What the producer warps run of the top level besides region 0 (with pure scalar ops).
 _BLOCK_WIDE = frozenset({"smem_alloc", "mbarrier_alloc", "mbarrier_inval", "fence_mbarrier_init",
@@ -1034,6 +1035,19 @@ def _copy_s2g(L: KernelLowering, op: Operation) -> None:
 @rule("store_wait")
 def _store_wait(L: KernelLowering, op: Operation) -> None:
     _need_hopper(L, op, "waiting for a bulk store")
+    _wait_bulk_reads(L, int(op.attrs.get("pending", 0)))
+
+
+@rule("store_drain")
+def _store_drain(L: KernelLowering, op: Operation) -> None:
+    _need_hopper(L, op, "waiting for bulk stores")
+    _wait_bulk_reads(L, 0)
+
+
+def _wait_bulk_reads(L: KernelLowering, pending: int) -> None:
+    """``cp.async.bulk.wait_group.read pending`` in the elected thread (which issued the
+    role's bulk stores), then the role's barrier: the stages those stores read are free
+    for every thread of the role only now."""
     with L.b.if_then(_elected(L)):
-        call(L.b, "llvm.nvvm.cp.async.bulk.wait.group.read", ir.VoidType(), [c32(0)])
-    L.barrier()  # the stage is free for every thread of the role only now
+        call(L.b, "llvm.nvvm.cp.async.bulk.wait.group.read", ir.VoidType(), [c32(pending)])
+    L.barrier()

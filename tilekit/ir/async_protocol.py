@@ -693,13 +693,23 @@ class ProtocolState:
         self.stores.append(store)
         return store, s.data
 
-    def store_wait(self, store: BulkStore) -> None:
-        """``cp.async.bulk.wait_group.read`` by the thread that issued ``store``: it and the
-        thread's earlier bulk stores have read their stages (known to the other threads of
-        its role after their next synchronization)."""
-        pending = self._pending(store.role)
-        for st in self.stores:
-            if st.role == store.role and st.order <= store.order and not st.done:
+    def store_wait(self, store: BulkStore, pending: int = 0) -> None:
+        """``cp.async.bulk.wait_group.read pending`` by the thread that issued ``store``:
+        it and the thread's earlier bulk stores have read their stages, but for the newest
+        ``pending`` of them (``store`` first), which may still be reading (known to the
+        other threads of its role after their next synchronization)."""
+        issued = [st for st in self.stores if st.role == store.role and st.order <= store.order]
+        self._stores_read(store.role, issued[:len(issued) - pending] if pending else issued)
+
+    def store_drain(self, role: str) -> None:
+        """``cp.async.bulk.wait_group.read 0`` in ``role``: every bulk store it issued has
+        read its stage."""
+        self._stores_read(role, [st for st in self.stores if st.role == role])
+
+    def _stores_read(self, role: str, stores: Sequence[BulkStore]) -> None:
+        pending = self._pending(role)
+        for st in stores:
+            if not st.done:
                 st.done = True
                 key = ("sw", id(st.ring), st.slot)
                 if pending.get(key, 0) < st.seq:

@@ -68,7 +68,7 @@ TILE_MEMORY = frozenset({"tile_load", "tile_store", "smem_read", "smem_write", "
 ASYNC_NO_TILES = frozenset({
     "smem_alloc", "mbarrier_alloc", "mbarrier_inval", "mbarrier_arrive", "mbarrier_expect_tx",
     "mbarrier_wait", "fence_mbarrier_init", "fence_proxy_async", "cta_barrier", "copy_s2g",
-    "store_wait"})
+    "store_wait", "store_drain"})
 
 
 @dataclass(frozen=True)

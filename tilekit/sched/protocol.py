@@ -41,7 +41,8 @@ from tilekit.ir.types import TensorType, TileType
 ASYNC_OPS = frozenset({
     "smem_alloc", "mbarrier_alloc", "mbarrier_inval", "mbarrier_arrive", "mbarrier_expect_tx",
     "mbarrier_wait", "fence_mbarrier_init", "fence_proxy_async", "cta_barrier", "copy_g2s",
-    "smem_read", "smem_write", "copy_s2g", "store_wait", "trip_count", "warp_roles",
+    "smem_read", "smem_write", "copy_s2g", "store_wait", "store_drain", "trip_count",
+    "warp_roles",
 })
 
 #: Pure ops whose values are data all the same (where this program runs).

@@ -75,6 +75,10 @@ CONSUMER_REGS = 232
 #: The facts ``tilekit.lang.kernel`` attaches to a traced function; carried to the clone.
 FACT_ATTRS = ("aligned16", "unit_inner", "strides16")
 
+#: Bulk stores from stages stay in flight one step (``_Pipeline.store_lag``) from this
+#: many stages on.
+STORE_LAG_MIN_STAGES = 3
+
 SizeFact = tuple[str, int, int]
 
 
@@ -97,10 +101,14 @@ class _Pipeline:
     # of each step (``wgmma_pending`` 1): each stage is then released one step later, and
     # the loop drains the last group at its exit (``wgmma_drain``). Empty: no lag.
     lagged: tuple[int, ...] = ()
+    # Stored-through streams whose bulk stores stay in flight for one step: each step
+    # waits only for the previous step's stores to have read their stage
+    # (``store_wait`` pending 1) and releases that stage; the loop drains at its exit.
+    store_lag: bool = False
 
     @property
     def lag(self) -> int:
-        return 1 if self.lagged else 0
+        return 1 if self.lagged or self.store_lag else 0
 
     @property
     def late_release(self) -> bool:
@@ -220,8 +228,12 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
     streams = [wgmma.get(k) or _dot_feed(op, r, f, tgt, num_warps)
                for k, (r, f) in enumerate(zip(reports, facts_of))]
     lagged = _lagged(op, streams) if op.attrs["stages"] >= 2 else ()
-    return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams), roles,
-                     _stored_through(fn, op, streams, tgt), lagged)
+    through = _stored_through(fn, op, streams, tgt)
+    # with three stages or more, a step's bulk stores overlap the next step (with two,
+    # the copies would then run no step ahead)
+    store_lag = bool(through) and op.attrs["stages"] >= STORE_LAG_MIN_STAGES
+    return _Pipeline(op, key, live, op.attrs["stages"], tuple(streams), roles, through,
+                     lagged, store_lag)
 
 
 def _lagged(op: Operation, streams: list[StreamReport]) -> tuple[int, ...]:
@@ -625,7 +637,9 @@ def _release(e: _Emitter, p: _Pipeline, r: _Rings, slot: Value) -> None:
 
 def _store_through(e: _Emitter, p: _Pipeline, r: _Rings, block: Block, slot: Value) -> None:
     """Each ``tile_store`` of a stored-through stream's tile becomes a bulk store from its
-    stage, waited for (its reads of the stage) before the stage is released."""
+    stage, waited for (its reads of the stage) before the stage is released; with
+    ``store_lag``, the wait lets this step's stores run on and covers the previous step's
+    (whose stage is then released)."""
     args = p.op.regions[0].block.args
     out = []
     for o in block.ops:
@@ -638,7 +652,8 @@ def _store_through(e: _Emitter, p: _Pipeline, r: _Rings, block: Block, slot: Val
             "copy_s2g", {"src": r.bufs[k], "slot": slot, "tensor": o.operand("tensor"),
                          "index": o.variadic("index")},
             {"engine": "tma", "shape": o.attrs["shape"]}, loc=o.loc)
-        wait = Builder(Block()).create("store_wait", {"token": store.result}, loc=o.loc)
+        wait = Builder(Block()).create("store_wait", {"token": store.result},
+                                      {"pending": int(p.store_lag)}, loc=o.loc)
         out.extend([store, wait])
     for o in out:
         o.parent = block
@@ -716,7 +731,10 @@ def _schedule(p: _Pipeline, plan: SmemPlan, remap: dict[int, Value]) -> list[Ope
 
         loop = emit.loop(zero, n, carried_in, step)
         if p.lag:  # the last group completes at the loop's exit; then its stage is free
-            loop.attrs["wgmma_drain"] = p.lagged
+            if p.lagged:
+                loop.attrs["wgmma_drain"] = p.lagged
+            if p.store_lag:
+                emit.op("store_drain")
             _release_lagged(emit, p, rings, n)
         return loop
 

@@ -381,8 +381,14 @@ def _infer_store_wait(sig: Signature) -> list[Type]:
 
 
 define("store_wait", ["token"], _infer_store_wait,
-       lambda ctx, op, args: (ctx.protocol.store_wait(args[0]), [])[1],
-       effects=ASYNC, doc="wait until a bulk store has read its stage")
+       lambda ctx, op, args: (ctx.protocol.store_wait(args[0], op.attrs.get("pending", 0)),
+                              [])[1],
+       effects=ASYNC, doc="wait until a bulk store has read its stage (attribute `pending`: "
+                          "until all but the newest `pending` bulk stores of the thread have)")
+
+define("store_drain", [], lambda sig: [],
+       lambda ctx, op, args: (ctx.protocol.store_drain(_role(ctx)), [])[1],
+       effects=ASYNC, doc="wait until every bulk store of the role has read its stage")
 
 
 define("trip_count", ["n"], lambda sig: [int_scalar(sig["n"], "a trip count")],
