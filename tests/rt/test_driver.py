@@ -179,10 +179,8 @@ def _ctype(c: str) -> object:
     return _SCALARS[c]
 
 
-def test_prototypes_match_the_declarations_of_cuda_bindings() -> None:
-    """Each function's argument types are those ``cuda.bindings`` declares (cydriver.pxd,
-    generated from cuda.h; it names the functions by their macros, ``cuMemAlloc`` for
-    ``cuMemAlloc_v2``), and the symbol is the one the macro names."""
+def cydriver_declarations() -> str:
+    """``cuda.bindings``' cydriver.pxd (generated from cuda.h); skips without it."""
     import importlib.util
 
     spec = importlib.util.find_spec("cuda.bindings")
@@ -191,7 +189,14 @@ def test_prototypes_match_the_declarations_of_cuda_bindings() -> None:
     pxd = Path(list(spec.submodule_search_locations)[0], "cydriver.pxd")
     if not pxd.exists():
         pytest.skip("this cuda-bindings ships no cydriver.pxd")
-    text = pxd.read_text()
+    return pxd.read_text()
+
+
+def test_prototypes_match_the_declarations_of_cuda_bindings() -> None:
+    """Each function's argument types are those ``cuda.bindings`` declares (cydriver.pxd,
+    generated from cuda.h; it names the functions by their macros, ``cuMemAlloc`` for
+    ``cuMemAlloc_v2``), and the symbol is the one the macro names."""
+    text = cydriver_declarations()
     for name, (symbol, argtypes) in driver._PROTOTYPES.items():
         found = re.search(rf"^cdef CUresult {name}\((.*)\) except", text, re.M)
         assert found, name

@@ -20,7 +20,7 @@ from tilekit.codegen.artifact import CompiledKernel
 from tilekit.codegen.target import Target, get_target
 from tilekit.errors import LoweringError
 from tilekit.ir.core import Module
-from tilekit.ir.passes import dump, should_dump
+from tilekit.ir.passes import dump, should_dump, written_args
 
 
 @functools.cache
@@ -252,17 +252,6 @@ def _role_warps(module: Module, warps: int) -> int:
     """The warps tiles are laid out for: the consumer role's under warp roles."""
     roles = next((op for op in module.walk() if op.name == "warp_roles"), None)
     return warps if roles is None else int(roles.attrs["consumer_warps"])
-
-
-def written_args(module: Module) -> tuple[str, ...]:
-    """The tensor arguments a kernel may write (stores, atomics, bulk stores)."""
-    names = set()
-    for op in module.walk():
-        if op.name in ("store", "tile_store", "atomic"):
-            names.add(op.operands[0].name_hint)
-        elif op.name == "copy_s2g":
-            names.add(op.operand("tensor").name_hint)
-    return tuple(sorted(n for n in names if n))
 
 
 def compile_module(module: Module, target: str | Target = "sm_90a",

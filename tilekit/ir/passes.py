@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from tilekit import knobs
-from tilekit.ir.core import Block, Module
+from tilekit.ir.core import Block, Function, Module
 from tilekit.ir.printer import print_module
 from tilekit.ir.verifier import verify
 
@@ -102,3 +102,15 @@ def eliminate_dead_code(module: Module) -> Module:
 
 
 DCE = Pass("eliminate_dead_code", eliminate_dead_code, "drop unused pure ops")
+
+
+def written_args(scope: Module | Function) -> tuple[str, ...]:
+    """The tensor arguments a kernel may write (stores, atomics, bulk stores), sorted: the
+    runtime copies those back, and the schedule never repacks them."""
+    names = set()
+    for op in scope.walk():
+        if op.name in ("store", "tile_store", "atomic"):
+            names.add(op.operands[0].name_hint)
+        elif op.name == "copy_s2g":
+            names.add(op.operand("tensor").name_hint)
+    return tuple(sorted(n for n in names if n))

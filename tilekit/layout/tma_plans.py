@@ -307,15 +307,12 @@ def _repacked(req: TmaRequest) -> tuple[TmaRequest, GlobalTensor] | None:
     t = req.tensor
     if t.elem_bytes > 16 or 16 % t.elem_bytes:
         return None
+    from tilekit.layout.pitch import padded_strides
+
     unit = 32 if req.interleave is Interleave.B32 else 16
-    strides = [1] * t.rank
-    for d in range(t.rank - 2, -1, -1):
-        extent = t.shape[d + 1] * strides[d + 1] * t.elem_bytes
-        if d == t.rank - 2:
-            extent = ceil_div(extent, unit) * unit
-        strides[d] = extent // t.elem_bytes
     name = f"{t.label}(repacked)"
-    tensor = replace(t, strides=tuple(strides), base_align=FRESH_ALLOCATION_ALIGN, name=name)
+    tensor = replace(t, strides=padded_strides(t.shape, t.elem_bytes, unit),
+                     base_align=FRESH_ALLOCATION_ALIGN, name=name)
     return replace(req, tensor=tensor), tensor
 
 

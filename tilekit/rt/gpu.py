@@ -359,13 +359,15 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         if isinstance(arr, DeviceArray):
             checks.check_alignment(arr, arr.ptr, tspec.aligned16, loc)
     repacks = {}
+    read = tensors  # what the kernel reads: the tensors, or copies the runtime makes
     if compiled.repacked:  # the kernel reads copies of these (tilekit.rt.repack)
         from tilekit.rt import repack
 
         indices = {n: t.index for n, t in facts.items() if isinstance(t, TensorSpec)}
         repacks = repack.plan(compiled.repacked, tensors, indices, device, loc)
+        read = {**tensors, **repacks}
     if loaded.map_slots:
-        loaded.check_maps({**tensors, **repacks}, loc)
+        loaded.check_maps(read, loc)
     stream = device_arrays.stream_handle(stream_arg, loc) if stream_arg is not None else \
         device_arrays.current_stream(list(tensors.values()), values, device)
 
@@ -381,7 +383,7 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
             driver.copy_to_device(base, s.upload_source(), s.nbytes, stream, loc)
         for name, r in repacks.items():
             ptrs[name] = r.fill(ptrs[name], stream, loc)
-        loaded.fill({**tensors, **repacks}, ptrs, scalars, loc)
+        loaded.fill(read, ptrs, scalars, loc)
         driver.launch(loaded.function, grid, compiled.block_threads, compiled.shared_bytes,
                       stream, loaded.params_ptr, loc)
         if compiled.asserts:

@@ -32,22 +32,11 @@ from typing import Any
 
 from tilekit.errors import LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
+from tilekit.layout.pitch import padded_strides
 from tilekit.rt import driver
 
 #: Row pitches of the copy are multiples of this many bytes (TMA's global stride rule).
 PITCH_BYTES = 16
-
-
-def padded_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    """Row-major strides (elements) whose rows start every multiple of ``PITCH_BYTES``:
-    the layout of ``tilekit.layout.tma_plans``' REPACK plan."""
-    strides = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        extent = shape[d + 1] * strides[d + 1] * itemsize
-        if d == len(shape) - 2:
-            extent = -(-extent // PITCH_BYTES) * PITCH_BYTES
-        strides[d] = extent // itemsize
-    return tuple(strides)
 
 
 class RepackedArray:
@@ -62,7 +51,7 @@ class RepackedArray:
         self.device = device  # the launch's (a host array's own device is None)
         self.dtype: DType = source.dtype
         self.shape: tuple[int, ...] = tuple(source.shape)
-        self.strides = padded_strides(self.shape, self.dtype.itemsize)
+        self.strides = padded_strides(self.shape, self.dtype.itemsize, PITCH_BYTES)
         self.nbytes = (self.strides[0] * self.shape[0] * self.dtype.itemsize
                        if self.shape and all(self.shape) else 0)
         if source.strides[-1:] not in ((1,), ()):

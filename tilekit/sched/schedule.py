@@ -49,7 +49,7 @@ from tilekit.ir.builder import Builder
 from tilekit.ir.core import Block, Function, Module, Operation, Region, Value, clone_module
 from tilekit.ir.dtypes import DType
 from tilekit.ir.ops.asynchronous import StreamSpec, stream_indices
-from tilekit.ir.passes import should_dump
+from tilekit.ir.passes import should_dump, written_args
 from tilekit.ir.verifier import verify
 from tilekit.layout.wgmma_plan import STAGE_ALIGN as WGMMA_STAGE_ALIGN
 from tilekit.layout.wgmma_plan import WgmmaStage
@@ -224,7 +224,8 @@ def _decide(fn: Function, op: Operation, key: int, live: tuple[int, int], tgt: T
         facts_of.append(facts)
     roles = _roles(op, tgt, num_warps)
     consumer_warps = roles.consumer_warps if roles.mode is RoleMode.SPECIALIZED else num_warps
-    wgmma = _wgmma_feeds(op, reports, facts_of, tgt, consumer_warps, _written(fn))
+    wgmma = _wgmma_feeds(op, reports, facts_of, tgt, consumer_warps,
+                         frozenset(written_args(fn)))
     streams = [wgmma.get(k) or _dot_feed(op, r, f, tgt, num_warps)
                for k, (r, f) in enumerate(zip(reports, facts_of))]
     lagged = _lagged(op, streams) if op.attrs["stages"] >= 2 else ()
@@ -268,17 +269,6 @@ def _lagged(op: Operation, streams: list[StreamReport]) -> tuple[int, ...]:
     k, dot = out[0]
     dot.attrs["wgmma_pending"] = 1
     return (k,)
-
-
-def _written(fn: Function) -> frozenset[str]:
-    """The tensor arguments ``fn`` may write (stores, atomics, bulk stores)."""
-    names = set()
-    for op in fn.walk():
-        if op.name in ("store", "tile_store", "atomic"):
-            names.add(op.operands[0].name_hint)
-        elif op.name == "copy_s2g":
-            names.add(op.operand("tensor").name_hint)
-    return frozenset(n for n in names if n)
 
 
 def _repackable(stream: StreamReport, facts: TensorFacts, written: frozenset[str]) -> bool:
