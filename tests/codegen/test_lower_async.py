@@ -29,7 +29,17 @@ from tilekit.codegen import sass
 from tilekit.codegen.artifact import SlotKind
 from tilekit.codegen.driver import compile_module
 from tilekit.errors import LoweringError
-from tilekit.ir import Block, Builder, DType, Function, Module, Region, TensorType, TileType
+from tilekit.ir import (
+    Block,
+    Builder,
+    DType,
+    Function,
+    Module,
+    Operation,
+    Region,
+    TensorType,
+    TileType,
+)
 from tilekit.rt import link
 
 needs_ptxas = pytest.mark.skipif(
@@ -72,6 +82,31 @@ def two_streams(A: tk.Tensor, B: tk.Tensor, Y: tk.Tensor, BLOCK: tk.constexpr):
                                stages=2):
         acc += a * tk.sum(b.to(tk.float32))
     Y.tile((1, BLOCK), (r, 0)).store(acc)
+
+
+@tk.kernel
+def pipelined_dot(A: tk.Tensor, B: tk.Tensor, C: tk.Tensor, BM: tk.constexpr,
+                  BN: tk.constexpr, BK: tk.constexpr, ROLES: tk.constexpr):
+    """A pipelined matmul (its consumer holds a dot's accumulator: setmaxnreg pays)."""
+    m, n = tk.program_id(0), tk.program_id(1)
+    acc = tk.zeros((BM, BN), tk.float32)
+    for _, a, b in tk.pipeline(A.tiles((BM, BK), row=m), B.tiles((BK, BN), col=n),
+                               stages=3, warp_roles=ROLES):
+        acc = tk.dot(a, b, acc)
+    C.tile((BM, BN), (m, n)).store(acc)
+
+
+def compiled_dot(roles: bool | None = True):
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    key = ("dot", roles)
+    if key not in _COMPILED:
+        module = pipelined_dot.trace(np.zeros((256, 256), bf16), np.zeros((256, 256), bf16),
+                                     np.zeros((256, 256), f32), BM=128, BN=128, BK=64,
+                                     ROLES=roles)
+        _COMPILED[key] = compile_module(module, "sm_90a")
+    return _COMPILED[key]
 
 
 KERNELS = {"copy": pipelined_copy, "row_sum": pipelined_row_sum}
@@ -157,6 +192,84 @@ def test_smem_reads_are_128_bit_in_the_tiles_layout():
         assert "LDS.128" in opcodes(link.link_ptx(k.binary, "sm_90a")), engine
 
 
+def _laid_out(module: Module, arch: str = "sm_90a") -> Module:
+    """The module as code generation sees it: scheduled, then laid out (compile_module's
+    warps)."""
+    from tilekit.codegen.driver import _role_warps, default_num_warps
+    from tilekit.layout.propagate import LayoutOptions, assign_layouts
+    from tilekit.sched import schedule_pipelines
+
+    warps = default_num_warps(module)
+    scheduled = schedule_pipelines(module, arch, num_warps=warps)
+    _role_warps(scheduled, warps)
+    return assign_layouts(scheduled, LayoutOptions(warps, 32, arch[:5]))
+
+
+def _steady_state_loops(module: Module) -> list[Operation]:
+    """The loops that consume stages (a ``for`` whose body reads a stage)."""
+    return [op for op in module.walk() if op.name == "for"
+            and any(o.name == "smem_read" for o in op.regions[0].block.ops)]
+
+
+ROW_SUM_TILES = [(8, 256), (16, 256), (32, 128), (8, 128), (2, 256), (64, 64)]
+
+
+@pytest.mark.parametrize("engine,roles", [("tma", None), ("tma", True), ("cp_async", None)])
+@pytest.mark.parametrize("tile", ROW_SUM_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
+def test_row_sum_accumulator_needs_no_conversion_in_the_loop(tile, engine, roles):
+    """Regression (bench/pipeline.py's row sum at 0.83x of copy, 2x256 tiles at 0.18x):
+    the bf16 stage is read in 16-byte vectors (8 elements a thread) and the float32
+    accumulator, born from ``tk.zeros``, took float32's default (4 a thread), so every
+    step converted the tile (32-128 warp shuffles a thread, or a staging through shared
+    memory with two barriers). The stage read's layout now reaches the accumulator."""
+    import ml_dtypes
+
+    module = traced("row_sum", engine, roles, shape=(64, 1024), dtype=ml_dtypes.bfloat16,
+                    tile=tile, stages=4)
+    laid = _laid_out(module)
+    (loop,) = _steady_state_loops(laid)
+    inside = [o for o in loop.walk() if o.name == "convert_layout"]
+    assert not inside, [str(o.result.type.layout) for o in inside]
+    (read,) = [o for o in loop.walk() if o.name == "smem_read"]
+    assert loop.results[0].type.layout.encoding == read.result.type.layout.encoding
+
+
+@needs_cuobjdump
+def test_row_sum_steady_state_has_no_shuffles():
+    """The 8 x 256 bf16 row sum of the bench: 32 SHFL.IDX a thread per step before."""
+    import ml_dtypes
+
+    module = traced("row_sum", "tma", None, shape=(64, 1024), dtype=ml_dtypes.bfloat16,
+                    tile=(8, 256), stages=4)
+    ops = opcodes(link.link_ptx(compile_module(module, "sm_90a").binary, "sm_90a"))
+    assert not [o for o in ops if o.startswith("SHFL.IDX")]
+    assert "LDS.128" in ops  # the step's 16 elements a thread, two 16-byte reads
+
+
+def _mark_waits(module: Module, which: str) -> Module:
+    """Mark the hand-built schedule's waits on ``which`` (``full``/``empty``) elected."""
+    for op in module.walk():
+        if op.name == "mbarrier_wait" and op.operand("bar").owner.attrs["name"] == which:
+            op.attrs["elected"] = True
+    return module
+
+
+def test_an_elected_wait_is_the_elected_threads_alone():
+    """A TMA producer's wait for a free stage (``elected``) is lowered inside the elected
+    thread's branch, with its expect_tx and copy: other threads reach the next step
+    without it. A wait followed by anything else (a stage read) is refused."""
+    module = _mark_waits(hand_row_sum("tma", (1, 256), stages=3), "empty")
+    k = compile_module(module, "sm_90a")
+    ptx = k.binary.decode()
+    # the prologue's 2 and the loop's produce: elected; the loop's wait on `full`: not
+    assert ptx.count("mbarrier.try_wait.parity") == 4
+    if link.available():
+        link.link_ptx(k.binary, "sm_90a")
+    bad = _mark_waits(hand_row_sum("tma", (1, 256), stages=3), "full")
+    with pytest.raises(LoweringError, match="follows a wait that only the elected thread"):
+        compile_module(bad, "sm_90a")
+
+
 def test_plain_copies_store_vectors_into_the_stage():
     ptx = compiled("copy", "plain", None, "sm_80").binary.decode()
     assert "st.shared.v4.b32" in ptx and "ld.global" in ptx and "cp.async" not in ptx
@@ -167,21 +280,31 @@ def test_plain_copies_store_vectors_into_the_stage():
 def test_warp_roles_branch_into_producer_and_consumer_warps():
     k = compiled("row_sum", "tma", True, "sm_90a")
     ptx = k.binary.decode()
-    # 1 producer warp padded to a warpgroup (setmaxnreg needs whole warpgroups) + 4 consumers
-    assert k.num_warps == 8 and k.block_threads == 256
-    assert ".maxntid 256" in ptx and ".minnctapersm 1" in ptx
+    # 1 producer warp + 4 consumers: a body without a dot takes no setmaxnreg, so the
+    # producer is not padded to a warpgroup (idle warps would hold registers too)
+    assert k.num_warps == 5 and k.block_threads == 160
+    assert ".maxntid 160" in ptx and ".minnctapersm" not in ptx
+    assert "setmaxnreg" not in ptx
+    assert "bar.sync \t1, 128;" in ptx  # the epilogue's reduction: consumer threads only
+    assert ptx.count("bar.sync \t0;") == 4  # both views meet at the schedule's two barriers
+
+
+def test_warp_roles_of_a_dot_pad_the_producer_and_set_max_registers():
+    k = compiled_dot(True)
+    ptx = k.binary.decode()
+    # 1 producer warp padded to a warpgroup (setmaxnreg needs whole warpgroups) + 8 consumers
+    assert k.num_warps == 12 and k.block_threads == 384
+    assert ".maxntid 384" in ptx and ".minnctapersm 1" in ptx
     dec = ptx.index("setmaxnreg.dec.sync.aligned.u32 \t40")
     inc = ptx.index("setmaxnreg.inc.sync.aligned.u32 \t232")
     assert ptx.count("setmaxnreg") == 2 and dec != inc
-    assert "bar.sync \t1, 128;" in ptx  # the epilogue's reduction: consumer threads only
-    assert ptx.count("bar.sync \t0;") == 4  # both views meet at the schedule's two barriers
 
 
 @needs_ptxas
 def test_warp_roles_set_max_registers_in_the_sass():
     """ptxas honours setmaxnreg in a whole-program build (nvJitLink compiles PTX as a
     relocatable unit and ignores it: ptxas C7504)."""
-    k = compiled("row_sum", "tma", True, "sm_90a")
+    k = compiled_dot(True)
     with tempfile.TemporaryDirectory(prefix="tilekit-ptxas-") as tmp:
         ptx, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         ptx.write_bytes(k.binary)

@@ -156,6 +156,60 @@ def test_uniform_schedule_has_the_documented_shape() -> None:
     assert tail[:4] == ["for", "cta_barrier", "mbarrier_inval", "mbarrier_inval"]
 
 
+def _waits(module) -> list:
+    return [op for op in module.walk() if op.name == "mbarrier_wait"]
+
+
+@pytest.mark.parametrize("roles", [None, "specialized"])
+def test_tma_producers_wait_for_a_free_stage_in_the_elected_thread(roles) -> None:
+    """Only the thread that issues a TMA copy needs the stage free: the producer's wait on
+    `empty` is the elected thread's (the other threads of a uniform schedule no longer meet
+    the slowest warp's release at every step); the consumers' waits on `full` are every
+    thread's."""
+    kernel = row_sum(BLOCK, stages=4, roles=roles)
+    kernel.fn.aligned16 = kernel.fn.unit_inner = kernel.fn.strides16 = frozenset({"X"})
+    scheduled = schedule_pipelines(kernel.module, "sm_90a")
+    assert scheduled.kernel.schedule_reports[0].engines == (Engine.TMA,)
+    waits = _waits(scheduled)
+    empty = [w for w in waits if w.operand("bar").owner.attrs["name"].endswith("empty")]
+    full = [w for w in waits if w.operand("bar").owner.attrs["name"].endswith("full")]
+    assert empty and full
+    assert all(w.attrs.get("elected") for w in empty)
+    assert not any(w.attrs.get("elected") for w in full)
+
+
+def test_producers_with_other_copies_wait_in_every_thread() -> None:
+    """cp.async and plain copies are every thread's: so is the wait before them (and a
+    pipeline mixing TMA with them waits in every thread too)."""
+    cp = row_sum(BLOCK, facts=((), (), ()))  # 4-byte cp.async
+    a, b = np.zeros((2, 40), np.float32), np.zeros((40, 3), np.float16)
+    for kernel in (cp, facts_of(mixed(BLOCK, 2), A=a, B=b)):
+        scheduled = schedule_pipelines(kernel.module, "sm_90a")
+        assert any(e is not Engine.TMA for e in scheduled.kernel.schedule_reports[0].engines)
+        assert not any(w.attrs.get("elected") for w in _waits(scheduled))
+
+
+@pytest.mark.parametrize("stages,masks", [(1, True), (2, True), (3, False), (4, True),
+                                          (5, False), (8, True)])
+def test_power_of_two_stages_take_masks_not_divisions(stages: int, masks: bool) -> None:
+    """Slot and lap parity of a step ``j >= 0``: ``j & (S-1)`` and ``(j >> log2 S) & 1``
+    when S is a power of two (no sign-corrected division in the loop), else ``mod`` and
+    ``floordiv``; both run the same on the interpreter."""
+    kernel = row_sum(BLOCK, stages=stages)
+    x = np.random.default_rng(stages).standard_normal((ROWS, 8 * BLOCK * stages + 4))
+    x = x.astype(np.float32)
+    kernel = facts_of(kernel, X=x)
+    scheduled = schedule_pipelines(kernel.module, "sm_90a")
+    names = {op.name for op in scheduled.walk()}
+    assert ("mod" in names or "floordiv" in names) is not masks
+    n = 8 * stages + 1  # past many laps of the ring, the last tile ragged
+    plain = np.full((ROWS, BLOCK), np.nan, np.float32)
+    sched = plain.copy()
+    run(kernel.module, (ROWS,), X=x, Y=plain, n=n)
+    run(scheduled, (ROWS,), X=x, Y=sched, n=n)
+    np.testing.assert_array_equal(sched, plain)
+
+
 def test_no_barrier_init_fence_without_tma() -> None:
     kernel = row_sum(BLOCK, facts=((), (), ()))  # no facts: 4-byte cp.async
     scheduled = schedule_pipelines(kernel.module, "sm_90a")
@@ -169,7 +223,8 @@ def test_specialized_roles_attributes_and_regions() -> None:
     (roles,) = [op for op in scheduled.walk() if op.name == "warp_roles"]
     assert {k: roles.attrs[k] for k in ("producer_warps", "consumer_warps", "producer_regs",
                                          "consumer_regs")} == \
-        {"producer_warps": 1, "consumer_warps": 8, "producer_regs": 40, "consumer_regs": 232}
+        {"producer_warps": 1, "consumer_warps": 8, "producer_regs": None,
+         "consumer_regs": None}  # no dot in the body: no setmaxnreg (and no padding warps)
     producer, consumer = (r.block for r in roles.regions)
     assert [op.name for op in producer.ops] == ["for", "yield"]
     assert len(consumer.args) == 2 and [op.name for op in consumer.ops] == ["for", "yield"]

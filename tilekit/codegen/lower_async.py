@@ -13,7 +13,8 @@ attribute when it has one. An mbarrier is 8 bytes.
 
 **Roles and threads.** A role is the whole block (``cta``) or, under ``warp_roles``, the
 producer or the consumer warps (``lower.Role``). "The elected thread" of a role is its
-thread 0; it issues TMA copies, ``mbarrier_expect_tx``, bulk stores and their waits.
+thread 0; it issues TMA copies, ``mbarrier_expect_tx``, bulk stores and their waits, and
+alone makes a wait the schedule marks ``elected`` (a TMA producer's wait for a free stage).
 Barrier initialization and invalidation are done by thread 0 of the block.
 
 **Hardware arrival counts.** The IR counts arrivals per role (``arrivals`` of
@@ -664,18 +665,50 @@ def _mbarrier_expect_tx(L: KernelLowering, op: Operation) -> None:
 @rule("mbarrier_wait")
 def _mbarrier_wait(L: KernelLowering, op: Operation) -> None:
     """Spin until the phase of the operand's parity completed: ``try_wait`` (sm_90, which
-    suspends the thread for a while) or ``test_wait`` (sm_80)."""
+    suspends the thread for a while) or ``test_wait`` (sm_80). An ``elected`` wait (a TMA
+    producer's wait for a free stage) is the elected thread's alone: only its
+    ``expect_tx`` and copies follow it (``_check_elected_wait``)."""
     b = L.b
     addr = _bars(L, op.operand("bar")).address(L, _scalar32(L, op.operand("slot")))
     parity = _scalar32(L, op.operand("parity"))
     how = "try" if _arch(L.target) >= 90 else "test"
-    loop = L.func.append_basic_block("mbarrier_wait")
-    done = L.func.append_basic_block("mbarrier_waited")
-    b.branch(loop)
-    b.position_at_end(loop)
-    ok = call(b, f"llvm.nvvm.mbarrier.{how}.wait.parity.scope.cta.space.cta", I1, [addr, parity])
-    b.cbranch(ok, done, loop)
-    b.position_at_end(done)
+
+    def spin() -> None:
+        loop = L.func.append_basic_block("mbarrier_wait")
+        done = L.func.append_basic_block("mbarrier_waited")
+        b.branch(loop)
+        b.position_at_end(loop)
+        ok = call(b, f"llvm.nvvm.mbarrier.{how}.wait.parity.scope.cta.space.cta", I1,
+                  [addr, parity])
+        b.cbranch(ok, done, loop)
+        b.position_at_end(done)
+
+    if op.attrs.get("elected"):
+        _check_elected_wait(op)
+        with b.if_then(_elected(L)):
+            spin()
+    else:
+        spin()
+
+
+#: What may follow an ``elected`` wait in its block: the elected thread's TMA work, and
+#: scalar arithmetic (coordinates).
+_ELECTED_AFTER = frozenset({"mbarrier_expect_tx", "copy_g2s", "yield"})
+
+
+def _check_elected_wait(op: Operation) -> None:
+    """Only the elected thread returns from an ``elected`` wait knowing the stage is free:
+    every op after it in its block must be the elected thread's (``expect_tx``, TMA
+    copies) or pure scalar arithmetic."""
+    block = op.parent
+    assert block is not None
+    for later in block.ops[block.ops.index(op) + 1:]:
+        tma = later.name != "copy_g2s" or later.attrs.get("engine") == "tma"
+        scalar = not later.regions and later.opdef.effects == Effect.PURE and all(
+            isinstance(r.type, TileType) and r.type.is_scalar for r in later.results)
+        if not ((later.name in _ELECTED_AFTER and tma) or scalar):
+            raise LoweringError(f"internal: `{later.name}` follows a wait that only the "
+                                "elected thread makes", later.loc)
 
 
 @rule("trip_count")

@@ -24,9 +24,11 @@ specialized IR, before code generation, in three steps:
    (F2) layouts, and a shared-memory staging otherwise.
 
 Scheduled pipelines (``tilekit.sched``): a stage read into registers (``smem_read``) is
-anchored like a tile load, unless the schedule laid the stage out for the ``dot`` that is
-its only reader: the read then gives the dot's fragment layout by ``ldmatrix`` (its plan in
-the op's ``read`` attribute) and the dot takes the operand from registers. A tile written
+anchored like a tile load (and seeds that anchor forward, after the dots' seeds, so that a
+value the loop carries and updates from it is born in its layout: no conversion per step),
+unless the schedule laid the stage out for the ``dot`` that is its only reader: the read
+then gives the dot's fragment layout by ``ldmatrix`` (its plan in the op's ``read``
+attribute) and the dot takes the operand from registers. A tile written
 into a stage (``smem_write``) is anchored like a tile store, and a ``plain`` copy's staging
 load gets the same anchor as its ``staging_layout`` attribute (it has no result to carry
 it). ``warp_roles``' producer region is laid out for
@@ -182,13 +184,24 @@ class _Assigner:
     def seeded_layout(self, value: Value) -> TileLayout | None:
         return self.hints[id(value)] if id(value) in self.seeded else None
 
-    def seed_block(self, block: Block) -> None:
+    def seed_block(self, block: Block, stage_reads: bool = False) -> None:
         """mma accumulators, forward: a dot's result and accumulator, the elementwise ops
         they feed, and the carried values they are yielded as. Seeds are hints the
-        backward pass keeps (it only fills values without one)."""
+        backward pass keeps (it only fills values without one).
+
+        With ``stage_reads`` (a second walk, after the dots'), reads of row-major pipeline
+        stages seed their anchor forward the same way, so that a value a loop carries and
+        updates from a stage (``acc += x.to(f32)``) is born in the read's layout: the
+        zeros it starts from would otherwise take their own dtype's default, and every
+        step would convert the read into it (warp shuffles or a staging through shared
+        memory with barriers, in the steady-state loop). Dot seeds come first and win."""
         for op in block.ops:
             name = op.name
-            if name == "dot":
+            if stage_reads and name == "smem_read":
+                ring = op.operand("src").type
+                if isinstance(ring, SharedType) and ring.layout is None:
+                    self.seed(op.result, self.anchor(op))
+            elif name == "dot":
                 fit = self.dot_fit(op)
                 if not isinstance(fit, FmaPath):
                     self.seed(op.result, fit[0])
@@ -203,12 +216,12 @@ class _Assigner:
             elif name == "warp_roles":
                 producer, consumer = (r.block for r in op.regions)
                 with self.warps(op.attrs["producer_warps"]):
-                    self.seed_block(producer)
-                self.seed_block(consumer)
+                    self.seed_block(producer, stage_reads)
+                self.seed_block(consumer, stage_reads)
                 self.seed_carried(consumer, consumer.args, op)
             elif name in ("for", "pipeline", "when"):
                 body = op.regions[0].block
-                self.seed_block(body)
+                self.seed_block(body, stage_reads)
                 skip = {"for": 1, "pipeline": 1 + len(op.variadic("tensors")), "when": 0}[name]
                 self.seed_carried(body, body.args[skip:] if name != "when" else [], op)
 
@@ -678,6 +691,7 @@ def assign_layouts(module: Module, options: LayoutOptions | None = None) -> Modu
         assigner = _Assigner(options)
         assigner.survey(fn)
         assigner.seed_block(fn.entry)
+        assigner.seed_block(fn.entry, stage_reads=True)
         assigner.hint_block(fn.entry)
         for arg in fn.args:
             if isinstance(arg.type, TileType):

@@ -48,8 +48,12 @@ def format_report(report: ScheduleReport) -> str:
     r = report.roles
     roles = f"{r.mode}"
     if r.mode is RoleMode.SPECIALIZED:
-        roles += (f" (producer: {r.producer_warps} warp, {r.producer_regs} registers; "
-                  f"consumer: {r.consumer_warps} warps, {r.consumer_regs} registers)")
+        if r.producer_regs is None:
+            roles += (f" (producer: {r.producer_warps} warp; consumer: {r.consumer_warps} "
+                      "warps; no setmaxnreg)")
+        else:
+            roles += (f" (producer: {r.producer_warps} warp, {r.producer_regs} registers; "
+                      f"consumer: {r.consumer_warps} warps, {r.consumer_regs} registers)")
     lines.append(f"  stages: {report.stages}; warp roles: {roles}; full barriers expect "
                  f"{report.arrivals} arrival(s) per phase")
     if r.note:

@@ -39,8 +39,9 @@ class RolePlan:
     note: str
     producer_warps: int = 0
     consumer_warps: int = 0
-    producer_regs: int = 0
-    consumer_regs: int = 0
+    # setmaxnreg's counts (None: no register rebalancing, the producer warps unpadded)
+    producer_regs: int | None = 0
+    consumer_regs: int | None = 0
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,15 @@ def _roles(op: Operation, tgt: Target, num_warps: int) -> RolePlan:
                 "a pipeline inside the body of a warp-specialized pipeline is not supported "
                 "(its CTA barriers would run in one role only)", inner.loc,
                 ["use warp_roles=False on the outer pipeline"])
+    if not any(inner.name == "dot" for inner in op.walk()):
+        # Nothing in the consumer needs more registers than an even split gives, so no
+        # setmaxnreg: it would pad the producer to a warpgroup whose three idle warps hold
+        # registers as well (nvJitLink drops setmaxnreg, so every warp keeps the kernel's
+        # count): 8 warps where 5 do, 5 blocks of an 8 x 256 row sum per SM where 10 fit.
+        return RolePlan(RoleMode.SPECIALIZED, requested,
+                        "no setmaxnreg: the body has no dot, so the consumer warps need no "
+                        "more registers than the producer (no padding warps)",
+                        PRODUCER_WARPS, num_warps, None, None)
     return RolePlan(RoleMode.SPECIALIZED, requested, "", PRODUCER_WARPS, num_warps,
                     PRODUCER_REGS, CONSUMER_REGS)
 
@@ -556,11 +565,29 @@ class _Rings:
     empty: Value
 
 
+def _slot_lap(e: _Emitter, j: Value, stages: int) -> tuple[Value, Value]:
+    """``(j % S, (j / S) & 1)`` for a step ``j >= 0``: the stage and the parity of its lap.
+    With a power-of-two ``S``, a mask and a shift (equal for every ``j >= 0``; a signed
+    ``mod``/``floordiv`` costs a sign correction each, in every step of the loop)."""
+    if stages & (stages - 1) == 0:
+        slot = e.binary("and", j, stages - 1)
+        lap = e.binary("shr", j, stages.bit_length() - 1) if stages > 1 else j
+        return slot, e.binary("and", lap, 1)
+    return e.binary("mod", j, stages), e.binary("and", e.binary("floordiv", j, stages), 1)
+
+
 def _produce(e: _Emitter, p: _Pipeline, r: _Rings, j: Value, slot: Value,
              parity: Value) -> None:
-    """Fill stage ``slot`` with tile ``j`` of every stream, completing on ``full[slot]``."""
+    """Fill stage ``slot`` with tile ``j`` of every stream, completing on ``full[slot]``.
+
+    When every stream is TMA, nothing in here but the elected thread's ``expect_tx`` and
+    copies depends on the stage being free, so only that thread waits for the release
+    (``mbarrier_wait`` with ``elected``; as CUTLASS's producer does): the other threads of
+    a uniform schedule go on to their next stage instead of meeting the slowest warp's
+    release at every step."""
     op = p.op
-    e.op("mbarrier_wait", {"bar": r.empty, "slot": slot, "parity": parity})
+    attrs = {"elected": True} if not p.any_other else None
+    e.op("mbarrier_wait", {"bar": r.empty, "slot": slot, "parity": parity}, attrs)
     if p.tma_bytes:
         e.op("mbarrier_expect_tx", {"bar": r.full, "slot": slot}, {"bytes": p.tma_bytes})
     for k, (s, tensor, start) in enumerate(zip(p.streams, op.variadic("tensors"),
@@ -585,8 +612,7 @@ def _produce(e: _Emitter, p: _Pipeline, r: _Rings, j: Value, slot: Value,
 def _produce_at(e: _Emitter, p: _Pipeline, r: _Rings, j: Value) -> None:
     """produce(j) with its slot ``j % S`` and the parity ``((j / S) & 1) ^ 1`` of the
     ``empty`` phase that frees it (a fresh barrier passes parity 1 at once)."""
-    slot = e.binary("mod", j, p.stages)
-    lap = e.binary("and", e.binary("floordiv", j, p.stages), 1)
+    slot, lap = _slot_lap(e, j, p.stages)
     _produce(e, p, r, j, slot, e.binary("xor", lap, 1))
 
 
@@ -594,8 +620,7 @@ def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> tuple[list, Valu
     """Wait for stage ``i % S`` and read every stream's tile (None for a stream stored
     through); the stage is released by ``_release``, at once or after the body's bulk
     stores."""
-    slot = e.binary("mod", i, p.stages)
-    parity = e.binary("and", e.binary("floordiv", i, p.stages), 1)
+    slot, parity = _slot_lap(e, i, p.stages)
     e.op("mbarrier_wait", {"bar": r.full, "slot": slot, "parity": parity})
     tiles = [None if k in p.through else e.op("smem_read", {"src": buf, "slot": slot}).result
              for k, buf in enumerate(r.bufs)]
@@ -607,7 +632,7 @@ def _consume(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> tuple[list, Valu
 def _release_lagged(e: _Emitter, p: _Pipeline, r: _Rings, i: Value) -> None:
     """when i >= 1: release stage ``(i - 1) % S`` (its wgmma group just completed)."""
     def release() -> None:
-        _release(e, p, r, e.binary("mod", e.binary("sub", i, 1), p.stages))
+        _release(e, p, r, _slot_lap(e, e.binary("sub", i, 1), p.stages)[0])
 
     e.when(e.binary("ge", i, 1), release)
 
