@@ -10,8 +10,8 @@ saying what to do. Rendering shows the line with a caret, rustc-style::
     hint: use tk.where(cond, a, b) for values, or `with tk.when(cond):` for effects
 
 Checkers that find several problems raise once with all of them
-(``related``). This module imports nothing from tilekit, so every layer may
-use it.
+(``related``). This module imports nothing from tilekit (but, on the first
+error, ``tilekit.diagnostic``, which imports nothing), so every layer may use it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ import sys
 from collections import namedtuple
 from collections.abc import Sequence
 from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tilekit.diagnostic import Diagnostic
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -101,27 +105,13 @@ def user_loc(skip: int = 1) -> SourceLoc | None:
     return frame_loc(frame) if frame is not None else None
 
 
-class Diagnostic(namedtuple("Diagnostic", "message loc hints", defaults=(None, ()))):
-    __slots__ = ()  # the fields, with their types:
-    # message: str
-    # loc: SourceLoc | None = None
-    # hints: tuple[str, ...] = ()
+def __getattr__(name: str) -> Any:
+    """``Diagnostic`` (``tilekit.diagnostic``), imported when first asked for."""
+    if name == "Diagnostic":
+        from tilekit.diagnostic import Diagnostic
 
-    def render(self, kind: str = "error") -> str:
-        head = f"{self.loc}: {kind}: {self.message}" if self.loc else f"{kind}: {self.message}"
-        lines = [head]
-        if self.loc is not None:
-            text = self.loc.source_line()
-            if text is not None:
-                lines.append("    " + text)
-                if self.loc.col is not None:
-                    width = 1
-                    same_line = self.loc.end_line in (None, self.loc.line)
-                    if self.loc.end_col is not None and same_line:
-                        width = max(1, self.loc.end_col - self.loc.col)
-                    lines.append("    " + " " * self.loc.col + "^" + "~" * (width - 1))
-        lines.extend(f"hint: {h}" for h in self.hints)
-        return "\n".join(lines)
+        return Diagnostic
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TilekitError(Exception):
@@ -136,6 +126,8 @@ class TilekitError(Exception):
         hints: Sequence[str] = (),
         related: Sequence[Diagnostic] = (),
     ) -> None:
+        from tilekit.diagnostic import Diagnostic  # made by the first error, not at import
+
         self.diagnostic = Diagnostic(message, loc, tuple(hints))
         self.related = tuple(related)
         super().__init__(message)

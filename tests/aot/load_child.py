@@ -27,10 +27,15 @@ ALIGNED, MISALIGNED = 0x7F00_0000_0000, 0x7F10_0000_0004
 
 # What launches of prebuilt kernels without tensor maps do without: the tensor maps
 # (imported by kernels that have some), the AOT builder, nvJitLink's wrapper, the IR and the
-# interpreter.
+# interpreter; host arrays, the disk cache's key and an error's diagnostic (made when first
+# needed); the modules that only keep old names (``keys``, ``fingerprint``,
+# ``native_launch``); zip's cp437 codec (ASCII member names are read as ASCII, 3.11+).
 NOT_ON_THE_HIT_PATH = ("tilekit.rt.tensor_maps", "tilekit.aot.build",
                        "tilekit.aot.calls", "tilekit.rt.link", "tilekit.ir.core",
-                       "tilekit.rt.interpreter")
+                       "tilekit.rt.interpreter", "tilekit.rt.arrays", "tilekit.rt.cache_key",
+                       "tilekit.diagnostic", "tilekit.aot.keys", "tilekit.aot.fingerprint",
+                       "tilekit.rt.native_launch",
+                       *(("encodings.cp437",) if sys.version_info >= (3, 11) else ()))
 
 
 def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:

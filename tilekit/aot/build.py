@@ -24,8 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tilekit.aot import calls, fingerprint
-from tilekit.aot.keys import VariantKey, key_of
+from tilekit.aot import calls
+from tilekit.aot.portfolio import VariantKey, key_of, source_hash
 from tilekit.errors import PortfolioError, SourceLoc, TilekitError
 
 ARCHS = ("sm_80", "sm_90a", "gfx942")
@@ -51,7 +51,7 @@ class Job:
     where: str
     key: tuple[str, ...]  # the parent's VariantKey, checked by the worker
     cache_dir: str
-    source: str = ""  # the kernel's fingerprint (fingerprint.source_hash), "" when none
+    source: str = ""  # the kernel's fingerprint (portfolio.source_hash), "" when none
 
 
 @dataclass
@@ -195,7 +195,7 @@ def plan(modules: Sequence[str | os.PathLike[str]], declared: Iterable[Declared]
                     "args": d.call["args"], "arch": arch}  # the variant's own call
             job = Job(str(Path(module_path).resolve()), name, call, arch, d.where,
                       tuple(key), cache_dir or str(cache.cache_dir()),
-                      fingerprint.source_hash(kern) or "")
+                      source_hash(kern) or "")
             other = chosen.get(key)
             if other is not None:
                 report.duplicates += 1

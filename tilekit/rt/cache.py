@@ -43,10 +43,13 @@ import sys
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilekit import knobs
 from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
+
+if TYPE_CHECKING:
+    from tilekit.rt.cache_key import CacheKey
 
 
 def _debug(message: str, *args: Any) -> None:
@@ -249,33 +252,22 @@ def toolchain() -> tuple[tuple[str, str], ...]:
             ("cache_format", str(FORMAT_VERSION)))
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class CacheKey(namedtuple("CacheKey", "name text digest")):
-    __slots__ = ()  # the fields, with their types:
-    # name: str  # the kernel's name (for file names and `tilekit cache list`)
-    # text: str  # canonical JSON of every input
-    # digest: str  # its sha256
+def __getattr__(name: str) -> Any:
+    """``CacheKey`` (``tilekit.rt.cache_key``), imported when first asked for."""
+    if name == "CacheKey":
+        from tilekit.rt.cache_key import CacheKey
 
-    @staticmethod
-    def of(name: str, ir_text: str, spec_text: str, arch: str,
-           tools: tuple[tuple[str, str], ...] | None = None) -> CacheKey:
-        doc = {"ir": ir_text, "specialization": spec_text, "arch": arch,
-               "toolchain": dict(tools if tools is not None else toolchain())}
-        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-        return CacheKey(name, text, hashlib.sha256(text.encode()).hexdigest())
-
-    @property
-    def filename(self) -> str:
-        safe = "".join(c if c.isalnum() or c in "_-" else "_" for c in self.name)[:64]
-        return f"{safe}-{self.digest}{SUFFIX}"
+        return CacheKey
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- entries -------------------------------------------------------------------------------
 
 
+# Records made at import on the launch path are collections.namedtuple classes: a
+# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
+# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
+# fresh process).
 class Entry(namedtuple("Entry", "kernel image")):
     __slots__ = ()  # the fields, with their types:
     # kernel: CompiledKernel

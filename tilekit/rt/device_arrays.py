@@ -19,14 +19,16 @@ import enum
 import functools
 import importlib.util
 from collections import namedtuple
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tilekit import knobs
 from tilekit.errors import LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
-from tilekit.rt.arrays import HostArray, to_host
+
+if TYPE_CHECKING:  # host arrays (tilekit.rt.arrays): imported when one is staged
+    from tilekit.rt.arrays import HostArray
 
 _BY_LONG = {d.long: d for d in DType}
 
@@ -157,6 +159,14 @@ def _is_cupy(obj: Any) -> bool:
     return type(obj).__module__.startswith("cupy") and hasattr(obj, "get")
 
 
+def is_array(obj: Any) -> bool:
+    """Whether ``obj`` is an array a kernel takes (numpy, torch, cupy, DLPack), on the host or
+    the device. (Here, not in ``tilekit.rt.arrays``: every launch asks, and a launch of device
+    arrays never needs host arrays.)"""
+    return isinstance(obj, np.ndarray) or hasattr(obj, "__dlpack__") or _is_torch(obj) \
+        or _is_cupy(obj)
+
+
 def is_device_array(obj: Any) -> bool:
     """Whether ``obj`` lives in CUDA device memory (without touching the driver)."""
     if isinstance(obj, np.ndarray):
@@ -234,25 +244,31 @@ def _cai_array(obj: Any, name: str, loc: SourceLoc | None) -> DeviceArray:
                        "cuda_array_interface", bool(readonly))
 
 
-# DLPack's C structs (dlpack.h, v0.8 and v1.x).
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+@functools.cache
+def _dlpack_structs() -> tuple[Any, Any]:
+    """DLPack's C structs (dlpack.h, v0.8 and v1.x): ``DLTensor`` and
+    ``DLManagedTensorVersioned``. Made when the first capsule is read, not at import: four
+    ctypes classes cost ~0.1 ms to create, and torch and cupy arrays never need them."""
 
+    class DLDevice(ctypes.Structure):
+        _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+    class DLDataType(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                    ("lanes", ctypes.c_uint16)]
 
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                    ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)),
+                    ("byte_offset", ctypes.c_uint64)]
 
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    class DLManagedTensorVersioned(ctypes.Structure):
+        _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                    ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                    ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
 
-
-class _DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
-                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
-                ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+    return DLTensor, DLManagedTensorVersioned
 
 
 _DL_READ_ONLY = 1
@@ -279,13 +295,14 @@ def dlpack_view(capsule: Any, name: str, loc: SourceLoc | None) -> tuple[
     """Read a DLPack capsule without consuming it: (data pointer incl. byte offset, dtype,
     shape, strides in elements, device type, device id, read-only)."""
     get, is_valid = _capsule_api()
+    dl_tensor, dl_managed_versioned = _dlpack_structs()
     readonly = False
     if is_valid(capsule, b"dltensor_versioned"):
-        managed = _DLManagedTensorVersioned.from_address(get(capsule, b"dltensor_versioned"))
+        managed = dl_managed_versioned.from_address(get(capsule, b"dltensor_versioned"))
         t = managed.dl_tensor
         readonly = bool(managed.flags & _DL_READ_ONLY)
     elif is_valid(capsule, b"dltensor"):
-        t = _DLTensor.from_address(get(capsule, b"dltensor"))
+        t = dl_tensor.from_address(get(capsule, b"dltensor"))
     else:
         raise LaunchError(f"argument `{name}`: __dlpack__ did not return a DLPack capsule", loc)
     code = (int(t.dtype.code), int(t.dtype.bits))
@@ -322,13 +339,21 @@ def describe(obj: Any, name: str, loc: SourceLoc | None) -> GpuArg:
     if _is_torch(obj):
         if obj.device.type == "cuda":
             return _torch_array(obj, name, loc)
-        return StagedArray(name, to_host(obj, name, loc))
+        return _staged(obj, name, loc)
     if _is_cupy(obj):
         return _cupy_array(obj, name, loc)
     if hasattr(obj, "__cuda_array_interface__"):
         return _cai_array(obj, name, loc)
     if not isinstance(obj, np.ndarray) and is_device_array(obj):
         return _dlpack_array(obj, name, loc)
+    return _staged(obj, name, loc)
+
+
+def _staged(obj: Any, name: str, loc: SourceLoc | None) -> StagedArray:
+    """A host array, staged (``tilekit.rt.arrays`` is imported by the first one: launches of
+    device arrays never need it)."""
+    from tilekit.rt.arrays import to_host
+
     return StagedArray(name, to_host(obj, name, loc))
 
 

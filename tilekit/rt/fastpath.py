@@ -48,7 +48,7 @@ the argument and the violated rules. Kernels without tensor maps keep the bare
 ``pack_into``: their hits do no work for this (the generated code is the same).
 
 **The native launcher.** When the C extension ``tilekit.rt._fastlaunch`` is built
-(``native_launch``; ``TILEKIT_NATIVE_LAUNCH=0`` turns it off) and ``cuLaunchKernelEx`` is
+(``native_module``; ``TILEKIT_NATIVE_LAUNCH=0`` turns it off) and ``cuLaunchKernelEx`` is
 a C function (libcuda's, or a test's ctypes callback), a dispatcher's ``call`` is a
 ``_fastlaunch.Launcher`` instead of the generated ``_tk_call``: the same steps in C, reading
 the same torch attributes into the same key, on the same table (an entry's last item is its
@@ -72,12 +72,14 @@ while active); numpy, cupy and other arrays always take the slow path.
 from __future__ import annotations
 
 import ctypes
+import functools
 import inspect
 import keyword
 import math
 import struct
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -87,7 +89,6 @@ from tilekit.codegen.artifact import ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
-from tilekit.rt import native_launch
 from tilekit.rt.driver import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
 
 if TYPE_CHECKING:  # tensor_maps: imported when an entry has maps (TMA), not by every launch
@@ -161,6 +162,54 @@ def aligned_buffer(size: int, lead: int = 0) -> Any:
     raw = (ctypes.c_char * (size + TENSOR_MAP_ALIGN))()
     shift = -(ctypes.addressof(raw) + lead) % TENSOR_MAP_ALIGN
     return (ctypes.c_char * size).from_buffer(raw, shift)
+
+
+# --- the native launcher ------------------------------------------------------------------
+# The C extension is optional (``setup.py`` builds it when a C compiler is there; a source
+# checkout builds it with ``python3 setup.py build_ext --inplace``). Without it, or with
+# ``TILEKIT_NATIVE_LAUNCH=0``, every hit takes the generated Python dispatcher, which decides
+# the same hits and packs the same bytes. (Here rather than in a module of its own: the first
+# launch imports one module fewer. ``tilekit.rt.native_launch`` still names these.)
+
+
+@functools.cache
+def _load_native() -> tuple[ModuleType | None, str]:
+    """The extension module, or None and why it could not be imported."""
+    try:
+        from tilekit.rt import _fastlaunch  # type: ignore[attr-defined]
+    except ImportError as exc:
+        return None, f"not built ({exc})"
+    return _fastlaunch, ""
+
+
+def native_module() -> ModuleType | None:
+    """The extension when it is built and ``TILEKIT_NATIVE_LAUNCH`` is on, else None."""
+    if not knobs.NATIVE_LAUNCH.get():
+        return None
+    return _load_native()[0]
+
+
+def native_status() -> str:
+    """One line for ``tilekit info``: which launcher serves fast-path hits."""
+    lib, why = _load_native()
+    if lib is None:
+        return (f"python (the native launcher is {why}; build it with "
+                "`python3 setup.py build_ext --inplace` or reinstall with a C compiler)")
+    if not knobs.NATIVE_LAUNCH.get():
+        return f"python (TILEKIT_NATIVE_LAUNCH=0; native launcher built: {lib.__file__})"
+    return f"native ({lib.__file__})"
+
+
+def function_address(fn: Any) -> int | None:
+    """The C address of a ctypes function (libcuda's ``cuLaunchKernelEx``, a test's
+    ``CFUNCTYPE`` callback), or None for anything else (e.g. a Python stand-in: that
+    dispatcher stays in Python)."""
+    if not isinstance(fn, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value or None
+
+
+# --- helpers of the generated code --------------------------------------------------------
 
 
 def _bf16_bits(value: Any) -> int:
@@ -543,9 +592,9 @@ class Dispatcher:
         """A ``_fastlaunch.Launcher`` for this profile, or None: the extension is not built
         or is off, ``cuLaunchKernelEx`` is no C function (a test's Python stand-in), the
         profile has numpy scalars, or an entry needed the Python pack (tensor maps)."""
-        lib = native_launch.module()
+        lib = native_module()
         launch = self.env["_tk_launch"]
-        address = native_launch.function_address(launch)
+        address = function_address(launch)
         plans = self.profile.args
         params = list(self.kern.signature.parameters.values())
         if lib is None or address is None or not self._native_ok or \
@@ -704,7 +753,7 @@ def _native_entry(loaded: Any, buffer: Any, params: Any, types: Sequence[str],
                   offsets: Sequence[int]) -> Any:
     """The entry as the native launcher reads it (the same buffer and parameter array;
     each per-call slot's struct code and offset), or None without the extension."""
-    lib = native_launch.module()
+    lib = native_module()
     if lib is None:
         return None
     compiled = loaded.compiled

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tilekit.codegen.size_facts import SizeFact
 from tilekit.errors import LaunchError, SourceLoc, TilekitError, user_loc
 from tilekit.ir.dtypes import DType, python_scalar_dtype
 from tilekit.lang.kernel import (
@@ -43,9 +42,9 @@ from tilekit.lang.kernel import (
     TensorSpec,
     stride_facts,
 )
-from tilekit.rt.arrays import HostArray, is_array, to_host
 
 if TYPE_CHECKING:  # the IR is imported when a kernel is first traced, not before
+    from tilekit.codegen.size_facts import SizeFact
     from tilekit.ir.core import Function, Module, Value
     from tilekit.ir.passes import PassManager
 
@@ -63,11 +62,20 @@ def hashable(value: Any) -> bool:
 
 def specialize_arguments(
     kernel: KernelFunction, bound: Mapping[str, Any], loc: SourceLoc | None,
-    describe: Callable[[Any, str, SourceLoc | None], Any] = to_host,
+    describe: Callable[[Any, str, SourceLoc | None], Any] | None = None,
 ) -> tuple[Specialization, dict[str, Any]]:
     """The specialization for bound arguments, and each runtime argument's backend form
-    (``describe(value, name, loc)`` for arrays: host views for the interpreter, device
-    descriptions for CUDA; 0-d numpy values for scalars)."""
+    (``describe(value, name, loc)`` for arrays: host views for the interpreter, the
+    default ``arrays.to_host``, device descriptions for CUDA; 0-d numpy values for
+    scalars)."""
+    # Imported when first needed, not with tilekit: a launch of device arrays never
+    # imports host arrays (``arrays``).
+    from tilekit.rt.device_arrays import is_array
+
+    if describe is None:
+        from tilekit.rt.arrays import to_host
+
+        describe = to_host
     specs: list[tuple[str, Any]] = []
     runtime: dict[str, Any] = {}
     for param in kernel.params:
@@ -185,6 +193,8 @@ class JITKernel(KernelFunction):
         def describe(value: Any, name: str, at: SourceLoc | None) -> Any:
             if device_arrays.is_device_array(value):
                 return device_arrays.describe(value, name, at)
+            from tilekit.rt.arrays import to_host
+
             return to_host(value, name, at)
 
         spec, _ = specialize_arguments(self, self.bind(args, kwargs, loc), loc, describe)
@@ -266,7 +276,8 @@ class Launch:
         values = [bound[p.name] for p in kern.params]
         from tilekit.rt import device_arrays
 
-        on_device = any(is_array(v) and device_arrays.is_device_array(v) for v in values)
+        on_device = any(device_arrays.is_array(v) and device_arrays.is_device_array(v)
+                        for v in values)
         backend = device_arrays.choose_backend(on_device)
         if backend.kind is device_arrays.BackendKind.CUDA:
             from tilekit.rt import gpu
@@ -284,6 +295,7 @@ class Launch:
 def run_interpreted(module: Module, grid: tuple[int, ...], runtime: Mapping[str, Any],
                     loc: SourceLoc | None) -> None:
     from tilekit.rt import interpreter  # not needed by a GPU launch
+    from tilekit.rt.arrays import HostArray
     from tilekit.rt.memory import TensorBinding
 
     fn = module.kernel
