@@ -109,7 +109,7 @@ def main() -> int:
     common.print_header(env)
 
     from tilekit import knobs
-    from tilekit.rt import device_arrays, driver, fastpath, gpu, native_launch
+    from tilekit.rt import device_arrays, driver, fastpath, gpu
     from tilekit.rt.launcher import Launch
 
     dev = torch.cuda.current_device()
@@ -127,7 +127,7 @@ def main() -> int:
         sys.exit("tilekit installed no fast path entry for this launch (a bug)")
     launcher = "native launcher" if next(iter(add_one._loaded.fast.values())).native \
         is not None else "python dispatcher"
-    print(f"# tilekit's fast path: {launcher}; the launcher: {native_launch.status()}")
+    print(f"# tilekit's fast path: {launcher}; the launcher: {fastpath.native_status()}")
     add_one_py = build_tilekit()  # the same kernel again, its dispatcher the generated one
     with knobs.override(native_launch=False):
         add_one_py[grid](x, y, N, BLOCK=BLOCK)

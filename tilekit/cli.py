@@ -54,7 +54,7 @@ def _size(n: int) -> str:
 
 def _info(args: argparse.Namespace) -> int:
     import tilekit
-    from tilekit.rt import cache, device_arrays, driver, link, native_launch
+    from tilekit.rt import cache, device_arrays, driver, fastpath, link
 
     gpu = driver.status()
     backend = device_arrays.choose_backend(False)
@@ -81,7 +81,7 @@ def _info(args: argparse.Namespace) -> int:
     print(f"tilekit: {tilekit.__version__}")
     print(f"llvmlite: {_version('llvmlite')} (LLVM {llvm_version})")
     print(f"nvJitLink: {link.version() or 'not available (the driver JIT links PTX)'}")
-    print(f"fast-path launcher: {native_launch.status()}")
+    print(f"fast-path launcher: {fastpath.native_status()}")
     print(f"cuda-bindings: {_version('cuda-bindings')}")
     n, total = cache.size()
     print(f"cache: {cache.cache_dir()} ({n} kernel{'s' * (n != 1)}, {_size(total)})")

@@ -1,9 +1,9 @@
 """One problem to report: a message, the source location it is about, and hints;
 rendered with the line and a caret (``tilekit.errors`` describes the format).
 
-A module of its own, imported by the first error (``TilekitError``) or checker that needs
-one, and still named ``tilekit.errors.Diagnostic``: a namedtuple costs ~0.1 ms to create,
-and a process that launches prebuilt kernels and raises nothing never makes one.
+Imported by the first error (``TilekitError``) or checker that makes one, not with
+``tilekit.errors``: a process that launches prebuilt kernels and raises nothing never
+needs it (a namedtuple costs ~0.1 ms to create).
 """
 
 from __future__ import annotations

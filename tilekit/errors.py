@@ -10,8 +10,8 @@ saying what to do. Rendering shows the line with a caret, rustc-style::
     hint: use tk.where(cond, a, b) for values, or `with tk.when(cond):` for effects
 
 Checkers that find several problems raise once with all of them
-(``related``). This module imports nothing from tilekit (but, on the first
-error, ``tilekit.diagnostic``, which imports nothing), so every layer may use it.
+(``related``). This module and ``tilekit.diagnostic`` (imported by the first
+error) import nothing from tilekit, so every layer may use them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 from collections import namedtuple
 from collections.abc import Sequence
 from types import CodeType, FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tilekit.diagnostic import Diagnostic
@@ -103,15 +103,6 @@ def user_loc(skip: int = 1) -> SourceLoc | None:
     while frame is not None and _is_internal(frame.f_code.co_filename):
         frame = frame.f_back
     return frame_loc(frame) if frame is not None else None
-
-
-def __getattr__(name: str) -> Any:
-    """``Diagnostic`` (``tilekit.diagnostic``), imported when first asked for."""
-    if name == "Diagnostic":
-        from tilekit.diagnostic import Diagnostic
-
-        return Diagnostic
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TilekitError(Exception):

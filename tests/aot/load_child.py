@@ -8,9 +8,8 @@ cache directory is empty, so a kernel can only come from the portfolio or a comp
 one line ``RESULT {json}``: the cache's counters (``portfolio_hits``), the compiler modules
 imported (``warm_start.WATCHED``), the modules a prebuilt launch does without
 (``NOT_ON_THE_HIT_PATH``) that the four launches imported, the first bytes of each image
-handed to
-``cuModuleLoadData``, the strict launch's error and the milliseconds from ``import
-tilekit`` to the last launch returned.
+handed to ``cuModuleLoadData``, the strict launch's error and the milliseconds from
+``import tilekit`` to the last launch returned.
 """
 
 from __future__ import annotations
@@ -27,14 +26,12 @@ ALIGNED, MISALIGNED = 0x7F00_0000_0000, 0x7F10_0000_0004
 
 # What launches of prebuilt kernels without tensor maps do without: the tensor maps
 # (imported by kernels that have some), the AOT builder, nvJitLink's wrapper, the IR and the
-# interpreter; host arrays, the disk cache's key and an error's diagnostic (made when first
-# needed); the modules that only keep old names (``keys``, ``fingerprint``,
-# ``native_launch``); zip's cp437 codec (ASCII member names are read as ASCII, 3.11+).
+# interpreter; host arrays, the disk cache's key and an error's diagnostic (imported when
+# first needed); zip's cp437 codec (ASCII member names are read as ASCII, 3.11+).
 NOT_ON_THE_HIT_PATH = ("tilekit.rt.tensor_maps", "tilekit.aot.build",
                        "tilekit.aot.calls", "tilekit.rt.link", "tilekit.ir.core",
                        "tilekit.rt.interpreter", "tilekit.rt.arrays", "tilekit.rt.cache_key",
-                       "tilekit.diagnostic", "tilekit.aot.keys", "tilekit.aot.fingerprint",
-                       "tilekit.rt.native_launch",
+                       "tilekit.diagnostic",
                        *(("encodings.cp437",) if sys.version_info >= (3, 11) else ()))
 
 

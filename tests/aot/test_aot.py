@@ -18,7 +18,7 @@ import pytest
 
 from examples.softmax import softmax
 from tilekit import cli, knobs
-from tilekit.aot import build, calls, keys, portfolio, registry
+from tilekit.aot import build, calls, portfolio, registry
 from tilekit.errors import LaunchError, PortfolioError
 from tilekit.rt import cache, gpu, link
 
@@ -231,7 +231,7 @@ def test_an_altered_binary_is_refused_when_its_variant_is_first_hit(
     are served."""
     spec, divisible = calls.buckets_of(softmax, calls.parse_compact(CALLS[0]))
     module = softmax.specialize(spec)
-    want = keys.key_of(module, gpu.spec_text(spec), gpu.size_facts_text(divisible), "sm_90a")
+    want = portfolio.key_of(module, gpu.spec_text(spec), gpu.size_facts_text(divisible), "sm_90a")
     target = next(v for v in portfolio.read(built.path).variants if v.key == want)
     member = list(target.members())[-1]  # the cubin (the PTX without nvJitLink)
     bad = tmp_path / "altered.tkp"
@@ -297,7 +297,7 @@ def test_the_ir_hash_ignores_where_the_kernel_is(tmp_path: Path) -> None:
 
     def hash_of(kern) -> str:  # type: ignore[no-untyped-def]
         spec, _ = calls.buckets_of(kern, call)
-        return keys.ir_hash(kern.specialize(spec))
+        return portfolio.ir_hash(kern.specialize(spec))
 
     moved = build.kernels_of(build.import_module_file(tmp_path / "moved.py"))["softmax"]
     edited = build.kernels_of(build.import_module_file(tmp_path / "edited.py"))["softmax"]

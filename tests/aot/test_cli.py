@@ -17,6 +17,7 @@ from tilekit import cli, knobs
 from tilekit.aot import portfolio, registry
 from tilekit.codegen.artifact import CompiledKernel, ParamSlot, SlotKind
 from tilekit.rt import cache, device_arrays, driver
+from tilekit.rt.cache_key import CacheKey
 
 from .conftest import SOFTMAX
 
@@ -54,8 +55,8 @@ def test_a_bad_size_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
     assert info.value.code == 2 and "e.g. 500MB" in capsys.readouterr().err
 
 
-def _entry(i: int) -> tuple[cache.CacheKey, cache.Entry]:
-    key = cache.CacheKey.of(f"k{i}", f"ir {i}", "spec", "sm_90a", (("tilekit", "t"),))
+def _entry(i: int) -> tuple[CacheKey, cache.Entry]:
+    key = CacheKey.of(f"k{i}", f"ir {i}", "spec", "sm_90a", (("tilekit", "t"),))
     kernel = CompiledKernel(f"k{i}", "sm_90a", "ptx", b"x" * 1000, 4, 32, 0,
                             (ParamSlot(SlotKind.STATUS, "", "uint64"),))
     return key, cache.Entry(kernel, b"")

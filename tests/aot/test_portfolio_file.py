@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tilekit.aot import portfolio
-from tilekit.aot.keys import VariantKey
+from tilekit.aot.portfolio import VariantKey
 from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
 from tilekit.errors import PortfolioError
 

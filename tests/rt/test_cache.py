@@ -18,7 +18,7 @@ import pytest
 
 from tilekit import knobs
 from tilekit.codegen.artifact import ParamSlot, SlotKind
-from tilekit.rt import cache, gpu
+from tilekit.rt import cache, cache_key, gpu
 from tilekit.rt.launcher import specialize_arguments
 
 from .ptx_kernels import add, fake_compile
@@ -53,20 +53,20 @@ def test_second_lookup_hits_the_disk_and_compiles_nothing(cache_dir: Path) -> No
 def test_each_key_input_changes_the_key() -> None:
     tools = (("tilekit", "1"), ("llvmlite", "0.50"), ("llvm", "22"), ("nvjitlink", "13.5"),
              ("cuda_driver", "13000"))
-    base = cache.CacheKey.of("k", "ir", "spec", "sm_90a", tools)
-    variants = [cache.CacheKey.of("k", "ir2", "spec", "sm_90a", tools),
-                cache.CacheKey.of("k", "ir", "spec2", "sm_90a", tools),
-                cache.CacheKey.of("k", "ir", "spec", "sm_80", tools)]
+    base = cache_key.CacheKey.of("k", "ir", "spec", "sm_90a", tools)
+    variants = [cache_key.CacheKey.of("k", "ir2", "spec", "sm_90a", tools),
+                cache_key.CacheKey.of("k", "ir", "spec2", "sm_90a", tools),
+                cache_key.CacheKey.of("k", "ir", "spec", "sm_80", tools)]
     for i, (name, _) in enumerate(tools):
         changed = tuple((n, v + "x" if j == i else v) for j, (n, v) in enumerate(tools))
-        variants.append(cache.CacheKey.of("k", "ir", "spec", "sm_90a", changed))
+        variants.append(cache_key.CacheKey.of("k", "ir", "spec", "sm_90a", changed))
         assert name in variants[-1].text
     digests = {base.digest} | {v.digest for v in variants}
     assert len(digests) == 1 + len(variants)
 
 
 def test_the_toolchain_is_in_the_key() -> None:
-    names = dict(cache.toolchain())
+    names = dict(cache_key.toolchain())
     assert {"tilekit", "llvmlite", "llvm", "nvjitlink", "cuda_driver"} <= set(names)
 
 
@@ -160,7 +160,7 @@ def test_an_entry_of_the_previous_format_is_rebuilt(cache_dir: Path) -> None:
     current key's name, is a bad entry and is rebuilt; the format is in the key too."""
     module, spec = add_module()
     key = gpu.cache_key(module, spec, "sm_90a")
-    assert ("cache_format", str(cache.FORMAT_VERSION)) in cache.toolchain()
+    assert ("cache_format", str(cache.FORMAT_VERSION)) in cache_key.toolchain()
     assert cache.FORMAT_VERSION == 2
     kernel = fake_compile(module, "sm_90a")
     old = cache._kernel_to_json(kernel)
@@ -267,7 +267,7 @@ def test_a_warm_start_imports_no_compiler(tmp_path: Path) -> None:
     """A new process whose disk cache holds the kernel launches it (libcuda faked:
     ``warm_start``) without importing llvmlite, islpy, sympy, the layout library or code
     generation: the toolchain's versions in the cache key come from the stamp the first
-    process left (``cache.installed_tools``); nor ``cuda.bindings`` or ``cuda.pathfinder``
+    process left (``cache_key.installed_tools``); nor ``cuda.bindings`` or ``cuda.pathfinder``
     (30-45 ms): the driver calls libcuda through ctypes."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("TILEKIT_CACHE_DIR", None)
@@ -298,16 +298,16 @@ def test_the_toolchain_stamp_follows_the_installation(tmp_path: Path,
         asked.append(1)
         return {"compiler": "c", "llvmlite": "l", "llvm": "v", "nvjitlink": "n"}
 
-    monkeypatch.setattr(cache, "_installed_tools_now", now)
+    monkeypatch.setattr(cache_key, "_installed_tools_now", now)
     signature = ["one"]
-    monkeypatch.setattr(cache, "installation_signature", lambda: signature[0])
+    monkeypatch.setattr(cache_key, "installation_signature", lambda: signature[0])
     with knobs.override(cache_dir=str(tmp_path)):
         for expected_asks, sig in ((1, "one"), (1, "one"), (2, "two"), (2, "two")):
-            cache.installed_tools.cache_clear()  # as in a new process
+            cache_key.installed_tools.cache_clear()  # as in a new process
             signature[0] = sig
-            assert cache.installed_tools()["llvm"] == "v"
+            assert cache_key.installed_tools()["llvm"] == "v"
             assert len(asked) == expected_asks
-    cache.installed_tools.cache_clear()
+    cache_key.installed_tools.cache_clear()
 
 
 def test_the_installation_signature_sees_a_changed_compiler_source(
@@ -317,8 +317,8 @@ def test_the_installation_signature_sees_a_changed_compiler_source(
     (ir / "a.py").write_text("x = 1\n")
     for folder in ("layout", "codegen"):
         (tmp_path / folder).mkdir()
-    monkeypatch.setattr(cache, "__file__", str(tmp_path / "rt" / "cache.py"))
-    first = cache.installation_signature()
-    assert cache.installation_signature() == first
+    monkeypatch.setattr(cache_key, "__file__", str(tmp_path / "rt" / "cache_key.py"))
+    first = cache_key.installation_signature()
+    assert cache_key.installation_signature() == first
     (ir / "a.py").write_text("x = 22\n")
-    assert cache.installation_signature() != first
+    assert cache_key.installation_signature() != first

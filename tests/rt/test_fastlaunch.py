@@ -37,13 +37,13 @@ import tilekit as tk
 from tilekit import knobs
 from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
 from tilekit.errors import LaunchError
-from tilekit.rt import device_arrays, driver, fastpath, native_launch, tensor_maps
+from tilekit.rt import device_arrays, driver, fastpath, tensor_maps
 
 from . import test_fastpath as python_suite
 from .fake_gpu import PROPS, Driver, FakeLibcuda, FakeTensor, use_fake_gpu
 from .ptx_kernels import add
 
-_lib, _why = native_launch._load()
+_lib, _why = fastpath._load_native()
 pytestmark = pytest.mark.skipif(_lib is None, reason=f"the native launcher is {_why}")
 
 

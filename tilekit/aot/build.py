@@ -1,7 +1,7 @@
 """Building a portfolio: every (kernel, bucket, arch) of a declared set, compiled once.
 
 The parent process imports the user's module, turns each abstract call into its bucket
-(``calls.buckets_of``) and traces it, which gives each variant's key (``keys.VariantKey``)
+(``calls.buckets_of``) and traces it, which gives each variant's key (``portfolio.VariantKey``)
 cheaply; variants with equal keys are compiled once (the call kept for the manifest is the
 first in sorted order, so the result does not depend on the order calls were given). The
 compiles run in worker processes (spawned, so no state leaks from the parent), each
@@ -24,8 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tilekit.aot import calls
-from tilekit.aot.portfolio import VariantKey, key_of, source_hash
+from tilekit.aot import calls, fingerprint
+from tilekit.aot.portfolio import VariantKey, key_of
 from tilekit.errors import PortfolioError, SourceLoc, TilekitError
 
 ARCHS = ("sm_80", "sm_90a", "gfx942")
@@ -51,7 +51,7 @@ class Job:
     where: str
     key: tuple[str, ...]  # the parent's VariantKey, checked by the worker
     cache_dir: str
-    source: str = ""  # the kernel's fingerprint (portfolio.source_hash), "" when none
+    source: str = ""  # the kernel's fingerprint (fingerprint.source_hash), "" when none
 
 
 @dataclass
@@ -195,7 +195,7 @@ def plan(modules: Sequence[str | os.PathLike[str]], declared: Iterable[Declared]
                     "args": d.call["args"], "arch": arch}  # the variant's own call
             job = Job(str(Path(module_path).resolve()), name, call, arch, d.where,
                       tuple(key), cache_dir or str(cache.cache_dir()),
-                      source_hash(kern) or "")
+                      fingerprint.source_hash(kern) or "")
             other = chosen.get(key)
             if other is not None:
                 report.duplicates += 1
@@ -220,7 +220,7 @@ def plan(modules: Sequence[str | os.PathLike[str]], declared: Iterable[Declared]
 def compile_job(job: Job) -> dict[str, Any]:
     """Compile one variant (in a worker, or inline): plain data back, or ``{"error"}``."""
     from tilekit import __version__, knobs
-    from tilekit.rt import cache, gpu
+    from tilekit.rt import cache_key, gpu
 
     try:
         with knobs.override(cache_dir=job.cache_dir, jitter=False):
@@ -232,7 +232,7 @@ def compile_job(job: Job) -> dict[str, Any]:
                 return {"error": "the kernel traced differently in the worker process (is the "
                                  "module's code nondeterministic?)"}
             entry = gpu.compile_cached(traced, spec, job.arch, kern.loc, divisible=divisible)
-            tools = {"tilekit": __version__, **cache.installed_tools()}
+            tools = {"tilekit": __version__, **cache_key.installed_tools()}
         from tilekit.rt.cache import kernel_to_json
 
         return {"kernel": kernel_to_json(entry.kernel), "binary": entry.kernel.binary,

@@ -9,7 +9,7 @@
 The manifest: ``format`` (``FORMAT``), ``tilekit_version``, and per kernel its ``name``,
 ``module`` and ``variants``; per variant its bucket key (``ir_hash``, ``spec``,
 ``size_facts``, ``arch``; ``VariantKey``), the ``candidates`` size facts of its
-traced kernel, the kernel's ``source`` fingerprint (``source_hash``, empty
+traced kernel, the kernel's ``source`` fingerprint (``fingerprint.source_hash``, empty
 when it has none; format 2), the abstract ``call`` that declared it, the ``toolchain``
 versions that built it, the ``kernel`` (``cache.kernel_to_json``: the ABI and launch
 configuration) and, for each binary, its member name, byte size and sha256.
@@ -25,21 +25,17 @@ loading costs the manifest, a launch the one binary it loads. Any failure is a
 ``PortfolioError`` naming the file, what is wrong and what to do. Writing is
 deterministic (sorted, fixed timestamps) and atomic (``cache.write_atomically``).
 
-The keys a portfolio's variants are found by live here too: ``VariantKey`` (kernel name,
-IR hash, bucket, arch) and ``source_hash``, a kernel's source fingerprint, which finds its
-variants without tracing. (They were ``tilekit.aot.keys`` and ``tilekit.aot.fingerprint``,
-which still name them: one module is one import fewer on a first launch from a portfolio.)
+A variant is found by its key, ``VariantKey`` (kernel name, IR hash, bucket, arch), or
+without tracing by the kernel's source fingerprint (``tilekit.aot.fingerprint``).
 """
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import io
 import json
 import os
 import sys
-import types
 import zipfile
 import zlib
 from collections import namedtuple
@@ -59,10 +55,60 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest timestamp: the same bytes every
 _REBUILD = "rebuild it with `tilekit aot` (docs/aot.md)"
 
 
+# --- the key ---------------------------------------------------------------------------------
+
 # Records made at import on the launch path are collections.namedtuple classes: a
 # dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
 # string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
 # fresh process).
+class VariantKey(namedtuple("VariantKey", "kernel ir_hash spec size_facts arch")):
+    """What identifies a prebuilt kernel: kernel name, IR hash, bucket, arch.
+
+    The IR hash (``ir_hash``) is the sha256 of the traced, optimized IR printed *without*
+    source locations: the same kernel at another path, or after an edit that only moves
+    lines, still matches, while any change of what the kernel computes does not. The
+    bucket is the runtime's own canonical text of the specialization and of the call's
+    size facts (``gpu.spec_text``, ``gpu.size_facts_text``). Cheap to compute (well under
+    a millisecond for the examples) and imports no compiler."""
+    __slots__ = ()  # the fields, with their types:
+    # kernel: str  # the kernel's name
+    # ir_hash: str  # ir_hash() of its traced module
+    # spec: str  # gpu.spec_text of the specialization
+    # size_facts: str  # gpu.size_facts_text of the call's size facts
+    # arch: str  # "sm_90a", "sm_80", "gfx942"
+
+    @property
+    def id(self) -> str:
+        """A short stable name for the variant (its archive members are named by it)."""
+        text = json.dumps(list(self), separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def facts(self) -> set[str]:
+        """The key as a set of facts, to rank how far two buckets are apart."""
+        return {f"ir={self.ir_hash}", f"arch={self.arch}", *self.spec.split(";"),
+                *(f"divisible {f}" for f in self.size_facts.split(",") if f)}
+
+
+def ir_hash(module: Module) -> str:
+    """sha256 of the module printed without source locations (kept on the traced module:
+    computed once per specialization)."""
+    fn = module.kernel
+    found: str | None = getattr(fn, "aot_ir_hash", None)
+    if found is None:
+        from tilekit.ir.printer import print_module
+
+        found = hashlib.sha256(print_module(module, with_locs=False).encode()).hexdigest()
+        fn.aot_ir_hash = found  # type: ignore[attr-defined]
+    return found
+
+
+def key_of(module: Module, spec_text: str, size_facts_text: str, arch: str) -> VariantKey:
+    return VariantKey(module.kernel.name, ir_hash(module), spec_text, size_facts_text, arch)
+
+
+# --- the file --------------------------------------------------------------------------------
+
+
 class Variant(namedtuple(
         "Variant", "key module candidates call toolchain compiled image source",
         defaults=(b"", ""))):
@@ -75,7 +121,7 @@ class Variant(namedtuple(
     # toolchain: Mapping[str, str]
     # compiled: CompiledKernel  # binary: the PTX or code object
     # image: bytes = b""  # the linked cubin (NVIDIA; empty without nvJitLink)
-    # source: str = ""  # the kernel's fingerprint (source_hash); "" when none
+    # source: str = ""  # the kernel's fingerprint (fingerprint.source_hash); "" when none
 
     def members(self) -> dict[str, bytes]:
         """Archive member name -> bytes."""
@@ -441,208 +487,3 @@ def _attach(shown: str, format_version: int, version: str, pending: list[_Pendin
                                          image=blobs[image] if image is not None else b""))
     return Portfolio(shown, format_version, version, tuple(variants))
 
-
-# --- the keys --------------------------------------------------------------------------------
-
-
-class VariantKey(namedtuple("VariantKey", "kernel ir_hash spec size_facts arch")):
-    """What identifies a prebuilt kernel: kernel name, IR hash, bucket, arch.
-
-    The IR hash (``ir_hash``) is the sha256 of the traced, optimized IR printed *without*
-    source locations: the same kernel at another path, or after an edit that only moves
-    lines, still matches, while any change of what the kernel computes does not. The
-    bucket is the runtime's own canonical text of the specialization and of the call's
-    size facts (``gpu.spec_text``, ``gpu.size_facts_text``). Cheap to compute (well under
-    a millisecond for the examples) and imports no compiler."""
-    __slots__ = ()  # the fields, with their types:
-    # kernel: str  # the kernel's name
-    # ir_hash: str  # ir_hash() of its traced module
-    # spec: str  # gpu.spec_text of the specialization
-    # size_facts: str  # gpu.size_facts_text of the call's size facts
-    # arch: str  # "sm_90a", "sm_80", "gfx942"
-
-    @property
-    def id(self) -> str:
-        """A short stable name for the variant (its archive members are named by it)."""
-        text = json.dumps(list(self), separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-    def facts(self) -> set[str]:
-        """The key as a set of facts, to rank how far two buckets are apart."""
-        return {f"ir={self.ir_hash}", f"arch={self.arch}", *self.spec.split(";"),
-                *(f"divisible {f}" for f in self.size_facts.split(",") if f)}
-
-
-def ir_hash(module: Module) -> str:
-    """sha256 of the module printed without source locations (kept on the traced module:
-    computed once per specialization)."""
-    fn = module.kernel
-    found: str | None = getattr(fn, "aot_ir_hash", None)
-    if found is None:
-        from tilekit.ir.printer import print_module
-
-        found = hashlib.sha256(print_module(module, with_locs=False).encode()).hexdigest()
-        fn.aot_ir_hash = found  # type: ignore[attr-defined]
-    return found
-
-
-def key_of(module: Module, spec_text: str, size_facts_text: str, arch: str) -> VariantKey:
-    return VariantKey(module.kernel.name, ir_hash(module), spec_text, size_facts_text, arch)
-
-
-# --- the source fingerprint ------------------------------------------------------------------
-
-# Modules whose attributes are fixed for a given install (tilekit's own are covered by
-# its version): named by module name only.
-_LIBRARIES = frozenset({"tilekit", "numpy", "math", "cmath", "operator", "functools",
-                        "itertools", "builtins", "typing", "ml_dtypes", "torch", "cupy"})
-_SCALARS = (bool, int, float, complex, str, bytes, type(None))
-_MAX_DEPTH = 16
-
-
-class _NoFingerprint(Exception):
-    """The code names a value the fingerprint cannot describe."""
-
-
-def source_hash(kern: Any) -> str | None:
-    """The kernel's source fingerprint (hex sha256), or None when it has none; computed
-    once per kernel object. It lets a portfolio serve a launch without tracing: tracing
-    (for the IR hash) costs the IR and the front end (tens of milliseconds of imports in a
-    fresh process), while the fingerprint is computed from the function object alone: a
-    sha256 of the kernel's code (bytecode, constants, names; recursively its nested
-    functions) and of everything that code names and could read while tracing:
-
-    * the kernel's parameters (names, kinds, dtypes, defaults) and closure cells;
-    * each global it names: a number, string, bytes, None, a tilekit dtype, or a tuple or
-      frozenset of those by value; a plain Python function by its own fingerprint
-      (recursively); another tilekit kernel by its function's; a builtin function by name;
-      a module by name and, for a user module (not tilekit, numpy, math or the standard
-      library), each attribute the code names, fingerprinted the same way;
-    * the Python version (bytecode differs between versions) and tilekit's version.
-
-    Source locations are left out: the same file at another path matches, as the IR hash
-    does. Anything else the code names (a class instance, an array, a dict, a class) has no
-    fingerprint: then this is None and a launch traces the kernel and matches the IR hash,
-    as before. A different fingerprint is never an error either (the IR hash may still
-    match); only equal fingerprints skip tracing, and equal fingerprints mean the same code
-    reading the same values, so the same IR. What the fingerprint cannot see, a kernel must
-    not depend on: values reached only through ``getattr`` with a computed name, or module
-    state changed after the portfolio was built."""
-    found = getattr(kern, "_source_hash", False)
-    if found is False:
-        try:
-            found = _compute(kern)
-        except _NoFingerprint:
-            found = None
-        kern._source_hash = found
-    return found
-
-
-def _compute(kern: Any) -> str:
-    from tilekit import __version__
-
-    h = hashlib.sha256()
-    h.update(f"python {sys.version_info[0]}.{sys.version_info[1]}|tilekit {__version__}|"
-             .encode())
-    for p in kern.params:
-        dtype = p.dtype.long if p.dtype is not None else ""
-        default = "" if p.default is _empty() else _value(p.default, set(), 0)
-        h.update(f"param {p.name} {p.kind.value} {dtype} {default}|".encode())
-    h.update(_function(kern.fn, set(), 0).encode())
-    return h.hexdigest()
-
-
-def _empty() -> Any:
-    import inspect
-
-    return inspect.Parameter.empty
-
-
-def _function(fn: types.FunctionType, seen: set[int], depth: int) -> str:
-    """A plain Python function: its code, its closure, and the globals its code names."""
-    if depth > _MAX_DEPTH:
-        raise _NoFingerprint
-    if id(fn) in seen:  # recursion: the name is enough, the code is hashed once
-        return f"recursive {fn.__qualname__}"
-    seen = seen | {id(fn)}
-    code = fn.__code__
-    parts = [_code(code)]
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            raise _NoFingerprint from None
-        parts.append(f"closure {name}={_value(value, seen, depth + 1)}")
-    for default in (fn.__defaults__ or ()):
-        parts.append(f"default {_value(default, seen, depth + 1)}")
-    for name, default in sorted((fn.__kwdefaults__ or {}).items()):
-        parts.append(f"kwdefault {name}={_value(default, seen, depth + 1)}")
-    names = _names(code)
-    scope = fn.__globals__
-    for name in sorted(names):
-        if name in scope:
-            parts.append(f"global {name}={_global(scope[name], names, seen, depth + 1)}")
-        elif hasattr(builtins, name):
-            parts.append(f"builtin {name}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def _code(code: types.CodeType) -> str:
-    """A code object without its locations (file, line numbers, position tables)."""
-    consts = [_code(c) if isinstance(c, types.CodeType) else f"{type(c).__name__}:{c!r}"
-              for c in code.co_consts]
-    return "|".join([code.co_code.hex(), repr(consts), repr(code.co_names),
-                     repr(code.co_varnames), repr(code.co_freevars), repr(code.co_cellvars),
-                     f"{code.co_argcount},{code.co_kwonlyargcount},{code.co_flags}"])
-
-
-def _names(code: types.CodeType) -> set[str]:
-    """Every name the code (and its nested code) looks up: globals and attributes."""
-    out = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            out |= _names(c)
-    return out
-
-
-def _global(value: Any, names: set[str], seen: set[int], depth: int) -> str:
-    if isinstance(value, types.ModuleType):
-        top = value.__name__.partition(".")[0]
-        if top in _LIBRARIES or top in sys.stdlib_module_names:
-            return f"module {value.__name__}"
-        # A user module: the attributes the code may read from it.
-        attrs = [f"{n}={_value(getattr(value, n), seen, depth + 1)}" for n in sorted(names)
-                 if n in vars(value)]
-        return f"module {value.__name__} {{{', '.join(attrs)}}}"
-    return _value(value, seen, depth)
-
-
-def _value(value: Any, seen: set[int], depth: int) -> str:
-    """A value the code may read, described by what it is; ``_NoFingerprint`` if unknown."""
-    if depth > _MAX_DEPTH:
-        raise _NoFingerprint
-    if isinstance(value, _SCALARS):
-        return f"{type(value).__name__}:{value!r}"
-    if isinstance(value, (tuple, frozenset)):
-        items = sorted(_value(v, seen, depth + 1) for v in value) \
-            if isinstance(value, frozenset) else [_value(v, seen, depth + 1) for v in value]
-        return f"{type(value).__name__}({', '.join(items)})"
-    if isinstance(value, types.FunctionType):
-        if (value.__module__ or "").startswith("tilekit."):  # tilekit's API: its version
-            return f"tilekit {value.__module__}.{value.__qualname__}"
-        return f"function {_function(value, seen, depth + 1)}"
-    if isinstance(value, types.BuiltinFunctionType):
-        return f"builtin {getattr(value, '__module__', '')}.{value.__qualname__}"
-    module = type(value).__module__ or ""
-    if module.startswith("tilekit"):
-        long = getattr(value, "long", None)  # a tilekit dtype
-        if isinstance(long, str) and type(value).__name__ == "DType":
-            return f"dtype {long}"
-        fn = getattr(value, "fn", None)  # another kernel, or an autotuned one
-        if isinstance(fn, types.FunctionType):
-            return f"kernel {_function(fn, seen, depth + 1)}"
-        if isinstance(value, type) or callable(value):  # tilekit's own API (tk.constexpr, ...)
-            return f"tilekit {module}.{getattr(value, '__qualname__', type(value).__name__)}"
-    if isinstance(value, type) and (value.__module__ or "").partition(".")[0] in _LIBRARIES:
-        return f"class {value.__module__}.{value.__qualname__}"
-    raise _NoFingerprint

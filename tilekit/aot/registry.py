@@ -4,11 +4,11 @@
 variant under its ``VariantKey`` (kernel name, IR hash, bucket, arch). A launch that
 misses the in-memory cache asks, before the disk cache:
 
-1. ``untraced``: by the kernel's source fingerprint (``portfolio.source_hash``), its
-   specialization and the arch, without tracing. It gives the traced kernel's candidate
-   size facts (so the launch can compute its bucket) and, per set of size facts, the
-   prebuilt kernel (``take``). A fresh process then launches without importing the IR, the
-   front end or any compiler.
+1. ``untraced``: by the kernel's source fingerprint (``fingerprint``), its specialization
+   and the arch, without tracing. It gives the traced kernel's candidate size facts (so
+   the launch can compute its bucket) and, per set of size facts, the prebuilt kernel
+   (``take``). A fresh process then launches without importing the IR, the front end or
+   any compiler.
 2. ``find``: by the traced module's IR hash, when there is no fingerprint or it differs
    (e.g. a kernel edited in a way that does not change its IR).
 
@@ -35,9 +35,9 @@ from tilekit import knobs
 from tilekit.errors import LaunchError, PortfolioError, SourceLoc
 from tilekit.rt import cache
 
-# The portfolio module (the file and its keys, ``VariantKey``, ``source_hash``) is imported
-# when a portfolio is loaded: a process that loads none (every JIT launch asks ``active``)
-# never imports it.
+# The portfolio module (the file and its ``VariantKey``) is imported when a portfolio is
+# loaded, the fingerprint when a launch first asks for its kernels: a process that loads
+# none (every JIT launch asks ``active``) imports neither.
 if TYPE_CHECKING:
     from tilekit.aot.portfolio import Binaries, Portfolio, Variant, VariantKey
     from tilekit.ir.core import Module
@@ -158,7 +158,7 @@ def untraced(kern: Any, spec_text: str, arch: str) -> Untraced | None:
     if not _untraced or kern.name not in _by_kernel or knobs.JITTER.get() \
             or not knobs.WGMMA.get():
         return None
-    from tilekit.aot.portfolio import source_hash
+    from tilekit.aot.fingerprint import source_hash
 
     source = source_hash(kern)
     if source is None:

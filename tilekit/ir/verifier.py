@@ -10,7 +10,8 @@ value defined inside may not leak out).
 
 from __future__ import annotations
 
-from tilekit.errors import Diagnostic, IRError
+from tilekit.diagnostic import Diagnostic
+from tilekit.errors import IRError
 from tilekit.ir.core import Block, Function, Module, Operation
 from tilekit.ir.opdef import OpTypeError, infer_types
 from tilekit.ir.types import TileType, strip_layout

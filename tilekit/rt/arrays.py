@@ -18,10 +18,6 @@ import numpy as np
 from tilekit.errors import LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
 
-# Which objects are arrays is device_arrays' to say (every launch asks, and a launch of
-# device arrays never imports this module); ``is_array`` is still importable from here.
-from tilekit.rt.device_arrays import _is_cupy, _is_torch, is_array  # noqa: F401
-
 
 # Records made at import on the launch path are collections.namedtuple classes: a
 # dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
@@ -59,6 +55,14 @@ class HostArray(namedtuple(
         fits = self.span < 2**31 and all(n < 2**31 for n in self.shape) and \
             all(abs(st) < 2**31 for st in self.strides)
         return DType.INT32 if fits else DType.INT64
+
+
+def _is_torch(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def _is_cupy(obj: Any) -> bool:
+    return type(obj).__module__.startswith("cupy") and hasattr(obj, "get")
 
 
 def _from_numpy(arr: np.ndarray, name: str, loc: SourceLoc | None, device: str = "cpu",

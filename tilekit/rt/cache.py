@@ -1,11 +1,5 @@
-"""The kernel cache on disk: compiled kernels keyed by everything that shaped them.
-
-Key: the sha256 of a canonical JSON of
-  * the printed IR *with source locations* (tracing inlines every callee, so this covers
-    them; locations make an error's line right after the user edits the file),
-  * the specialization (constexprs, dtypes, ranks, index widths, alignment facts),
-  * the target arch (``sm_90a``),
-  * tilekit's version and the toolchain's (llvmlite, LLVM, nvJitLink, the CUDA driver).
+"""The kernel cache on disk: compiled kernels keyed by everything that shaped them
+(``tilekit.rt.cache_key.CacheKey``: the IR, the specialization, the arch, the toolchain).
 
 One file per entry, ``<cache dir>/kernels/<name>-<sha256>.tkc``::
 
@@ -33,13 +27,10 @@ rebuilt and the entry rewritten.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
-import pathlib
 import struct
-import sys
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -48,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from tilekit import knobs
 from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the key is imported by the first disk lookup, not by every launch
     from tilekit.rt.cache_key import CacheKey
 
 
@@ -103,7 +94,7 @@ def _kernels_dir() -> Path:
     return cache_dir() / "kernels"
 
 
-# --- the key -------------------------------------------------------------------------------
+# --- writing -------------------------------------------------------------------------------
 
 
 def write_atomically(directory: Path, name: str, data: bytes, suffix: str = SUFFIX,
@@ -127,138 +118,6 @@ def write_atomically(directory: Path, name: str, data: bytes, suffix: str = SUFF
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-_COMPILER_FOLDERS = ("ir", "layout", "codegen")
-
-
-def _compiler_sources() -> list[pathlib.Path]:
-    root = pathlib.Path(__file__).resolve().parents[1]
-    return sorted(path for folder in _COMPILER_FOLDERS for path in (root / folder).rglob("*.py"))
-
-
-def _source_stats(folder: str) -> Iterator[str]:
-    """``path size mtime`` of each ``.py`` file under ``folder`` (os.scandir: no Path
-    objects, one stat per file)."""
-    with os.scandir(folder) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.is_dir():
-                if entry.name != "__pycache__":
-                    yield from _source_stats(entry.path)
-            elif entry.name.endswith(".py"):
-                with contextlib.suppress(OSError):
-                    st = entry.stat()
-                    yield f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n"
-
-
-@functools.cache
-def compiler_fingerprint() -> str:
-    """A hash of the compiler's own source (IR, layouts, code generation): a development
-    checkout that changes how code is generated must not load kernels built before."""
-    root = pathlib.Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in _compiler_sources():
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _installed_tools_now() -> dict[str, str]:
-    """The versions ``toolchain`` takes from the installation, asked of each tool: this
-    imports llvmlite's binding (which loads LLVM) and reads package metadata."""
-    from importlib import metadata
-
-    from tilekit.rt import link
-
-    try:
-        llvmlite_version = metadata.version("llvmlite")
-    except metadata.PackageNotFoundError:
-        llvmlite_version = "none"
-    try:
-        import llvmlite.binding as llvm
-
-        llvm_version = ".".join(map(str, llvm.llvm_version_info))
-    except Exception:  # llvmlite missing: codegen would fail anyway
-        llvm_version = "none"
-    return {"compiler": compiler_fingerprint(), "llvmlite": llvmlite_version,
-            "llvm": llvm_version, "nvjitlink": link.version() or "none"}
-
-
-def installation_signature() -> str:
-    """A digest of what the installed tools' versions depend on, cheap to compute (no
-    import, no file read): the Python, the modification time of each ``sys.path`` folder
-    but the script's and the current directory (installing, upgrading or removing a package
-    adds or removes entries of its folder, which changes that time; a script's folder
-    changes for other reasons), and the size and modification time of each compiler source
-    file. Equal signatures: ``_installed_tools_now`` would answer the same (a tool rebuilt
-    in place under the same version, or installed next to the script, is what it misses)."""
-    import tilekit
-
-    digest = hashlib.sha256(f"{sys.version}\0{sys.prefix}\0{tilekit.__version__}".encode())
-    skip = {"", os.getcwd(), sys.path[0] if sys.path else ""}
-    for folder in sys.path:
-        if folder in skip:
-            continue
-        with contextlib.suppress(OSError):
-            digest.update(f"{folder}\0{os.stat(folder).st_mtime_ns}\n".encode())
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for folder in _COMPILER_FOLDERS:
-        for line in _source_stats(os.path.join(root, folder)):
-            digest.update(line.encode())
-    return digest.hexdigest()
-
-
-def _stamp_name() -> str:
-    # one stamp per Python installation sharing the cache directory
-    return f"toolchain-{hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]}.json"
-
-
-@functools.cache
-def installed_tools() -> dict[str, str]:
-    """``_installed_tools_now()``, remembered in the cache directory under the
-    installation's signature: a new process with the same installation reads one small
-    file instead of loading LLVM and package metadata and hashing the compiler's source.
-    Any change of the signature asks the tools again and rewrites the stamp."""
-    signature = installation_signature()
-    path = cache_dir() / _stamp_name()
-    try:
-        stamp = json.loads(path.read_bytes())
-        if stamp.get("signature") == signature and isinstance(stamp.get("tools"), dict):
-            return {str(k): str(v) for k, v in stamp["tools"].items()}
-    except (OSError, ValueError):
-        pass
-    tools = _installed_tools_now()
-    text = json.dumps({"signature": signature, "tools": tools}, sort_keys=True).encode()
-    try:
-        write_atomically(cache_dir(), path.name, text)
-    except OSError as exc:  # an unwritable cache: asked again next time
-        _debug("could not write %s: %s", path, exc)
-    return tools
-
-
-def toolchain() -> tuple[tuple[str, str], ...]:
-    """Versions of everything that turns IR into a loaded kernel (part of every key): tilekit
-    and its compiler's source, llvmlite and its LLVM, nvJitLink (``installed_tools``:
-    remembered across processes), the CUDA driver and the cache format."""
-    import tilekit
-    from tilekit.rt import driver
-
-    tools = installed_tools()
-    gpu = driver.status()
-    return (("tilekit", tilekit.__version__), ("compiler", tools["compiler"]),
-            ("llvmlite", tools["llvmlite"]), ("llvm", tools["llvm"]),
-            ("nvjitlink", tools["nvjitlink"]),
-            ("cuda_driver", str(gpu.driver_version) if gpu.driver_version else "none"),
-            ("cache_format", str(FORMAT_VERSION)))
-
-
-def __getattr__(name: str) -> Any:
-    """``CacheKey`` (``tilekit.rt.cache_key``), imported when first asked for."""
-    if name == "CacheKey":
-        from tilekit.rt.cache_key import CacheKey
-
-        return CacheKey
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- entries -------------------------------------------------------------------------------

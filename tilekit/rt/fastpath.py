@@ -165,11 +165,11 @@ def aligned_buffer(size: int, lead: int = 0) -> Any:
 
 
 # --- the native launcher ------------------------------------------------------------------
-# The C extension is optional (``setup.py`` builds it when a C compiler is there; a source
-# checkout builds it with ``python3 setup.py build_ext --inplace``). Without it, or with
-# ``TILEKIT_NATIVE_LAUNCH=0``, every hit takes the generated Python dispatcher, which decides
-# the same hits and packs the same bytes. (Here rather than in a module of its own: the first
-# launch imports one module fewer. ``tilekit.rt.native_launch`` still names these.)
+# Whether hits run in C (``tilekit.rt._fastlaunch``), and why not. The extension is optional
+# (``setup.py`` builds it when a C compiler is there; a source checkout builds it with
+# ``python3 setup.py build_ext --inplace``). Without it, or with ``TILEKIT_NATIVE_LAUNCH=0``,
+# every hit takes the generated Python dispatcher, which decides the same hits and packs the
+# same bytes.
 
 
 @functools.cache

@@ -35,6 +35,7 @@ from tilekit.rt.device_arrays import DeviceArray, StagedArray
 
 if TYPE_CHECKING:  # tensor_maps: imported by the kernels that have maps (TMA), when loaded
     from tilekit.ir.core import Module
+    from tilekit.rt.cache_key import CacheKey
     from tilekit.rt.tensor_maps import MapSpec
 
 # A staged array's device buffer (driver.alloc: cuMemAlloc) is at least this aligned.
@@ -86,17 +87,18 @@ def size_facts_text(divisible: frozenset[SizeFact]) -> str:
 
 
 def cache_key(module: Module, spec: Specialization, arch: str,
-              divisible: frozenset[SizeFact] = frozenset()) -> cache.CacheKey:
+              divisible: frozenset[SizeFact] = frozenset()) -> CacheKey:
     from tilekit import knobs
     from tilekit.ir.printer import print_module
+    from tilekit.rt.cache_key import CacheKey
 
     fn = module.kernel
     source = str(fn.loc.file) if fn.loc is not None else ""
     jitter = "|jitter" if knobs.JITTER.get() else ""
     jitter += "" if knobs.WGMMA.get() else "|no-wgmma"
-    return cache.CacheKey.of(fn.name, print_module(module, with_locs=True),
-                             f"{source}|{spec_text(spec)}|divisible={size_facts_text(divisible)}"
-                             f"{jitter}", arch)
+    return CacheKey.of(fn.name, print_module(module, with_locs=True),
+                       f"{source}|{spec_text(spec)}|divisible={size_facts_text(divisible)}"
+                       f"{jitter}", arch)
 
 
 def _codegen(module: Module, arch: str, divisible: frozenset[SizeFact]) -> CompiledKernel:

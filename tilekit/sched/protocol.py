@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from tilekit.errors import Diagnostic, ScheduleError, SourceLoc
+from tilekit.diagnostic import Diagnostic
+from tilekit.errors import ScheduleError, SourceLoc
 from tilekit.ir.async_protocol import ProtocolRule, ProtocolState, ProtocolViolation, WouldBlock
 from tilekit.ir.core import Block, BlockArgument, Function, Module, Operation, OpResult, Value
 from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tilekit.errors import Diagnostic, LaunchError, SourceLoc
+from tilekit.diagnostic import Diagnostic
+from tilekit.errors import LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import KernelFunction, ParamKind
 from tilekit.rt.launcher import hashable

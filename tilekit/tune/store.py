@@ -1,7 +1,7 @@
 """Tuning results on disk, and the log of decisions that ``tilekit aot`` can read.
 
 One JSON file per decision, ``<cache dir>/tune/<kernel>-<sha256>.json``, keyed like the
-kernel cache (``tilekit.rt.cache.CacheKey``): the sha256 of the kernel's name, the
+kernel cache (``tilekit.rt.cache_key.CacheKey``): the sha256 of the kernel's name, the
 printed IR (with source locations) of its first config for the call, the tuning key (the
 values, dtypes and shapes named by ``key=``, the dtypes of every tensor, the constexprs
 not tuned), the arch, the toolchain and this format's version. The file::
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tilekit.rt import cache
+from tilekit.rt.cache_key import CacheKey
 
 FORMAT_VERSION = 1
 LOG_NAME = "log.jsonl"
@@ -60,10 +61,10 @@ class RecordKey:
     @staticmethod
     def of(name: str, ir_text: str, key_doc: Mapping[str, Any], arch: str,
            tools: tuple[tuple[str, str], ...] | None = None) -> RecordKey:
-        """Through ``cache.CacheKey.of``: the same inputs as a compiled kernel's key, with
+        """Through ``CacheKey.of``: the same inputs as a compiled kernel's key, with
         the tuning key (and this format's version) in place of the specialization."""
         spec = _canonical({"tune_format": FORMAT_VERSION, "key": key_doc})
-        key = cache.CacheKey.of(name, ir_text, spec, arch, tools)
+        key = CacheKey.of(name, ir_text, spec, arch, tools)
         return RecordKey(name, key.text, key.digest)
 
     @property

@@ -33,7 +33,7 @@ import numpy as np
 from tilekit import knobs
 from tilekit.errors import LaunchError, SourceLoc, TilekitError, user_loc
 from tilekit.lang.kernel import ParamKind
-from tilekit.rt.arrays import is_array
+from tilekit.rt.device_arrays import is_array
 from tilekit.rt.launcher import JITKernel
 from tilekit.tune import store
 from tilekit.tune.config import Config, check_configs, json_value
