@@ -7,9 +7,10 @@
 cache directory is empty, so a kernel can only come from the portfolio or a compile. Prints
 one line ``RESULT {json}``: the cache's counters (``portfolio_hits``), the compiler modules
 imported (``warm_start.WATCHED``), the modules a prebuilt launch does without
-(``NOT_ON_THE_HIT_PATH``) that the four launches imported, the first bytes of each image
-handed to ``cuModuleLoadData``, the strict launch's error and the milliseconds from
-``import tilekit`` to the last launch returned.
+(``NOT_ON_THE_HIT_PATH``) that the four launches imported, the cuda.h structs they made
+(``driver.structs``, none), the first bytes of each image handed to ``cuModuleLoadData``,
+the strict launch's error and the milliseconds from ``import tilekit`` to the last launch
+returned.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
     from examples.softmax import softmax
     from examples.vector_add import add
     from tests.rt.fake_gpu import FakeTensor
-    from tilekit.rt import cache
+    from tilekit.rt import cache, driver
 
     softmax[64](FakeTensor((64, 4097), ptr=ALIGNED), FakeTensor((64, 4097), ptr=ALIGNED),
                 N=4097)
@@ -65,6 +66,7 @@ def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
     t_launch = time.perf_counter()
     traced = len(softmax._cache) + len(add._cache)  # specializations traced (by the launches)
     extra = sorted(m for m in NOT_ON_THE_HIT_PATH if m in sys.modules)
+    structs = driver.structs.cache_info().currsize  # made by the first one needed
     error = None
     if mode == "strict":
         try:
@@ -74,7 +76,8 @@ def main(mode: str, portfolio: str, cache_dir: str) -> dict[str, object]:
     return {"mode": mode, "stats": cache.stats(), "import_to_launch_ms":
             (t_launch - t0) * 1e3, "modules": sorted(m for m in WATCHED if m in sys.modules),
             "images": [m.hex() for m in lib.modules], "error": error, "traced": traced,
-            "front_end": "tilekit.lang.tracer" in sys.modules, "extra_modules": extra}
+            "front_end": "tilekit.lang.tracer" in sys.modules, "extra_modules": extra,
+            "cuda_structs": structs}
 
 
 if __name__ == "__main__":

@@ -179,6 +179,7 @@ def test_a_fresh_process_launches_prebuilt_kernels_without_a_compiler(
     assert stats["disk_hits"] == 0 and stats["misses"] == 0
     assert result["modules"] == []  # "llvmlite" among the watched ones
     assert result["extra_modules"] == []  # load_child.NOT_ON_THE_HIT_PATH: tensor maps, ...
+    assert result["cuda_structs"] == 0  # driver.structs: made by the first launch that needs one
     assert result["traced"] == 0 and not result["front_end"]
     assert len(result["images"]) == 4
     if link.available():

@@ -316,7 +316,7 @@ class Driver:
             self.fail_next -= 1
             return 201
         assert extra is None
-        cfg = driver.LaunchConfig.from_address(ctypes.addressof(config))
+        cfg = driver.structs()["CUlaunchConfig"].from_address(ctypes.addressof(config))
         assert cfg.attrs is None and cfg.numAttrs == 0
         self._record("fast", fh.value, (cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ),
                      (cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ), cfg.sharedMemBytes,

@@ -161,10 +161,9 @@ _SCALARS = {"int": ctypes.c_int, "unsigned int": ctypes.c_uint, "size_t": ctypes
             "CUresult": ctypes.c_int, "CUdevice_attribute": ctypes.c_int,
             "CUpointer_attribute": ctypes.c_int, "CUfunction_attribute": ctypes.c_int,
             "cuuint32_t": ctypes.c_uint32, "cuuint64_t": ctypes.c_uint64,
-            "CUtensorMap": driver.CUtensorMap, "CUtensorMapDataType": ctypes.c_int,
+            "CUtensorMapDataType": ctypes.c_int,
             "CUtensorMapInterleave": ctypes.c_int, "CUtensorMapSwizzle": ctypes.c_int,
             "CUtensorMapL2promotion": ctypes.c_int, "CUtensorMapFloatOOBfill": ctypes.c_int,
-            "CUDA_MEMCPY2D": driver.CUDA_MEMCPY2D, "CUmemPoolProps": driver.CUmemPoolProps,
             "CUmemPool_attribute": ctypes.c_int, "CUstreamCaptureStatus": ctypes.c_int}
 
 
@@ -176,6 +175,8 @@ def _ctype(c: str) -> object:
         return ctypes.c_char_p
     if c.endswith("*"):
         return ctypes.POINTER(_ctype(c[:-1].removeprefix("const ")))  # type: ignore[arg-type]
+    if c in driver.structs():  # CUtensorMap, CUDA_MEMCPY2D, CUmemPoolProps
+        return driver.structs()[c]
     return _SCALARS[c]
 
 
@@ -193,15 +194,17 @@ def cydriver_declarations() -> str:
 
 
 def test_prototypes_match_the_declarations_of_cuda_bindings() -> None:
-    """Each function's argument types are those ``cuda.bindings`` declares (cydriver.pxd,
+    """Each function's parameters are those ``cuda.bindings`` declares (cydriver.pxd,
     generated from cuda.h; it names the functions by their macros, ``cuMemAlloc`` for
-    ``cuMemAlloc_v2``), and the symbol is the one the macro names."""
+    ``cuMemAlloc_v2``), word for word, and become the ctypes types of this file's own
+    reading of them; the symbol is the one the macro names."""
     text = cydriver_declarations()
-    for name, (symbol, argtypes) in driver._PROTOTYPES.items():
+    for name, (symbol, declaration) in driver._PROTOTYPES.items():
         found = re.search(rf"^cdef CUresult {name}\((.*)\) except", text, re.M)
         assert found, name
         params = [re.sub(r"\s+\w+$", "", p.strip()) for p in found.group(1).split(",")]
-        assert tuple(_ctype(p) for p in params) == argtypes, name
+        assert [p.strip() for p in declaration.split(",")] == params, name
+        assert tuple(_ctype(p) for p in params) == driver.argtypes(name), name
         versioned = {"cuDeviceTotalMem", "cuMemAlloc", "cuMemFree", "cuMemcpyHtoDAsync",
                      "cuMemcpyDtoHAsync", "cuMemcpy2DAsync"}
         assert symbol == (name + "_v2" if name in versioned else name)

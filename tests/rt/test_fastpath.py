@@ -396,7 +396,7 @@ def test_fastpath_covers_the_specialization() -> None:
 
 
 def test_the_launch_configuration_format_is_the_c_struct() -> None:
-    cfg = driver.LaunchConfig
+    cfg = driver.structs()["CUlaunchConfig"]
     assert fastpath.CONFIG_BYTES == ctypes.sizeof(cfg) == 56
     buf = (ctypes.c_char * 56)(*([b"\xff"] * 56))
     struct.pack_into(fastpath.CONFIG_FORMAT, buf, 0, 1, 2, 3, 4, 5, 6, 7, 0xABCDEF)

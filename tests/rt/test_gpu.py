@@ -56,7 +56,7 @@ def spy(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
         return real_launch(fh, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
 
     def launch_ex(config, fh, params, extra):  # type: ignore[no-untyped-def]
-        cfg = driver.LaunchConfig.from_address(ctypes.addressof(config))
+        cfg = driver.structs()["CUlaunchConfig"].from_address(ctypes.addressof(config))
         calls["launch"].append(cfg.hStream or 0)
         return real_launch_ex(config, fh, params, extra)
 

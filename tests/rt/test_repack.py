@@ -165,8 +165,9 @@ def test_the_memcpy2d_struct_is_cuda_h_s() -> None:
                      cydriver_declarations())
     assert body
     names = [line.split()[-1] for line in body.group(1).splitlines() if line.strip()]
-    assert names == [f[0] for f in driver.CUDA_MEMCPY2D._fields_]
-    assert ctypes.sizeof(driver.CUDA_MEMCPY2D) == 128
+    memcpy2d = driver.structs()["CUDA_MEMCPY2D"]
+    assert names == [f[0] for f in memcpy2d._fields_]
+    assert ctypes.sizeof(memcpy2d) == 128
     # CUmemPoolProps: four ints, a pointer and 64 bytes (CUDA 11's reserved[64], which
     # CUDA 12 and 13 split into maxSize, usage and reserved ones)
-    assert ctypes.sizeof(driver.CUmemPoolProps) == 88
+    assert ctypes.sizeof(driver.structs()["CUmemPoolProps"]) == 88

@@ -61,98 +61,142 @@ _lock = threading.RLock()  # status() and use_device() load the library under it
 
 # --- libcuda ------------------------------------------------------------------------------
 
-# C types of cuda.h: CUresult and the enums are C ints, CUdevice an int, CUdeviceptr an
-# unsigned 64-bit int, CUcontext/CUmodule/CUfunction/CUstream opaque pointers.
-_int, _uint, _size_t = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
-_CUdevice = ctypes.c_int
-_CUdeviceptr = ctypes.c_uint64
-_handle = ctypes.c_void_p
-_P = ctypes.POINTER
-_cuuint32, _cuuint64 = ctypes.c_uint32, ctypes.c_uint64
-
 #: ``CUtensorMap``: 128 opaque bytes, ``alignas(64)`` in cuda.h.
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
 
-
-class CUtensorMap(ctypes.Structure):
-    """``CUtensorMap`` (cuda.h: ``cuuint64_t opaque[16]``, 64-byte aligned). ctypes cannot
-    state the alignment, so a map is only ever made with ``from_address`` inside a buffer
-    aligned by hand (``encode_tensor_map``)."""
-
-    _fields_ = [("opaque", _cuuint64 * (TENSOR_MAP_BYTES // 8))]
-
-
-class CUDA_MEMCPY2D(ctypes.Structure):  # noqa: N801  (cuda.h's name)
-    """``CUDA_MEMCPY2D`` (cuda.h): a copy of ``Height`` rows of ``WidthInBytes`` bytes
-    between two pitched buffers; tilekit fills only the device-to-device fields."""
-
-    _fields_ = [("srcXInBytes", ctypes.c_size_t), ("srcY", ctypes.c_size_t),
-                ("srcMemoryType", ctypes.c_int), ("srcHost", ctypes.c_void_p),
-                ("srcDevice", ctypes.c_uint64), ("srcArray", ctypes.c_void_p),
-                ("srcPitch", ctypes.c_size_t),
-                ("dstXInBytes", ctypes.c_size_t), ("dstY", ctypes.c_size_t),
-                ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p),
-                ("dstDevice", ctypes.c_uint64), ("dstArray", ctypes.c_void_p),
-                ("dstPitch", ctypes.c_size_t),
-                ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t)]
-
-
-class CUmemPoolProps(ctypes.Structure):  # noqa: N801  (cuda.h's name)
-    """``CUmemPoolProps`` (cuda.h): tilekit sets the allocation type and the device; the
-    rest (``win32SecurityAttributes`` and 64 bytes that newer headers split into
-    ``maxSize``, ``usage`` and reserved ones) stays zero, the defaults."""
-
-    _fields_ = [("allocType", ctypes.c_int), ("handleTypes", ctypes.c_int),
-                ("locationType", ctypes.c_int), ("locationId", ctypes.c_int),
-                ("win32SecurityAttributes", ctypes.c_void_p),
-                ("rest", ctypes.c_ubyte * 64)]
-
-
-# name -> (the library's symbol, argument types); every function returns a CUresult. The
-# symbols are those cuda.h's macros name (``cuMemAlloc`` is ``cuMemAlloc_v2``: the
-# unversioned symbols take 32-bit pointers and sizes), without ``_ptsz``: the legacy
-# default stream, as ``cuda.bindings`` uses by default.
-_PROTOTYPES: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "cuGetErrorName": ("cuGetErrorName", (_int, _P(ctypes.c_char_p))),
-    "cuInit": ("cuInit", (_uint,)),
-    "cuDriverGetVersion": ("cuDriverGetVersion", (_P(_int),)),
-    "cuDeviceGetCount": ("cuDeviceGetCount", (_P(_int),)),
-    "cuDeviceGet": ("cuDeviceGet", (_P(_CUdevice), _int)),
-    "cuDeviceGetAttribute": ("cuDeviceGetAttribute", (_P(_int), _int, _CUdevice)),
-    "cuDeviceGetName": ("cuDeviceGetName", (ctypes.c_char_p, _int, _CUdevice)),
-    "cuDeviceTotalMem": ("cuDeviceTotalMem_v2", (_P(_size_t), _CUdevice)),
-    "cuDevicePrimaryCtxRetain": ("cuDevicePrimaryCtxRetain", (_P(_handle), _CUdevice)),
-    "cuCtxGetCurrent": ("cuCtxGetCurrent", (_P(_handle),)),
-    "cuCtxSetCurrent": ("cuCtxSetCurrent", (_handle,)),
-    "cuCtxGetDevice": ("cuCtxGetDevice", (_P(_CUdevice),)),
-    "cuPointerGetAttribute": ("cuPointerGetAttribute", (ctypes.c_void_p, _int, _CUdeviceptr)),
-    "cuModuleLoadData": ("cuModuleLoadData", (_P(_handle), ctypes.c_void_p)),
-    "cuModuleGetFunction": ("cuModuleGetFunction", (_P(_handle), _handle, ctypes.c_char_p)),
-    "cuFuncSetAttribute": ("cuFuncSetAttribute", (_handle, _int, _int)),
-    "cuMemAlloc": ("cuMemAlloc_v2", (_P(_CUdeviceptr), _size_t)),
-    "cuMemFree": ("cuMemFree_v2", (_CUdeviceptr,)),
+# name -> (the library's symbol, its parameters as cuda.h declares them); every function
+# returns a CUresult. The symbols are those cuda.h's macros name (``cuMemAlloc`` is
+# ``cuMemAlloc_v2``: the unversioned symbols take 32-bit pointers and sizes), without
+# ``_ptsz``: the legacy default stream, as ``cuda.bindings`` uses by default. The ctypes
+# argument types are made from the declarations when a function is first called (``_fn``):
+# each pointer type or struct costs 10-50 us to create, and a launch calls a third of these.
+_PROTOTYPES: dict[str, tuple[str, str]] = {
+    "cuGetErrorName": ("cuGetErrorName", "CUresult, const char**"),
+    "cuInit": ("cuInit", "unsigned int"),
+    "cuDriverGetVersion": ("cuDriverGetVersion", "int*"),
+    "cuDeviceGetCount": ("cuDeviceGetCount", "int*"),
+    "cuDeviceGet": ("cuDeviceGet", "CUdevice*, int"),
+    "cuDeviceGetAttribute": ("cuDeviceGetAttribute", "int*, CUdevice_attribute, CUdevice"),
+    "cuDeviceGetName": ("cuDeviceGetName", "char*, int, CUdevice"),
+    "cuDeviceTotalMem": ("cuDeviceTotalMem_v2", "size_t*, CUdevice"),
+    "cuDevicePrimaryCtxRetain": ("cuDevicePrimaryCtxRetain", "CUcontext*, CUdevice"),
+    "cuCtxGetCurrent": ("cuCtxGetCurrent", "CUcontext*"),
+    "cuCtxSetCurrent": ("cuCtxSetCurrent", "CUcontext"),
+    "cuCtxGetDevice": ("cuCtxGetDevice", "CUdevice*"),
+    "cuPointerGetAttribute": ("cuPointerGetAttribute",
+                              "void*, CUpointer_attribute, CUdeviceptr"),
+    "cuModuleLoadData": ("cuModuleLoadData", "CUmodule*, const void*"),
+    "cuModuleGetFunction": ("cuModuleGetFunction", "CUfunction*, CUmodule, const char*"),
+    "cuFuncSetAttribute": ("cuFuncSetAttribute", "CUfunction, CUfunction_attribute, int"),
+    "cuMemAlloc": ("cuMemAlloc_v2", "CUdeviceptr*, size_t"),
+    "cuMemFree": ("cuMemFree_v2", "CUdeviceptr"),
     "cuMemcpyHtoDAsync": ("cuMemcpyHtoDAsync_v2",
-                          (_CUdeviceptr, ctypes.c_void_p, _size_t, _handle)),
-    "cuMemcpyDtoHAsync": ("cuMemcpyDtoHAsync_v2",
-                          (ctypes.c_void_p, _CUdeviceptr, _size_t, _handle)),
-    "cuMemsetD32Async": ("cuMemsetD32Async", (_CUdeviceptr, _uint, _size_t, _handle)),
-    "cuMemAllocAsync": ("cuMemAllocAsync", (_P(_CUdeviceptr), _size_t, _handle)),
+                          "CUdeviceptr, const void*, size_t, CUstream"),
+    "cuMemcpyDtoHAsync": ("cuMemcpyDtoHAsync_v2", "void*, CUdeviceptr, size_t, CUstream"),
+    "cuMemsetD32Async": ("cuMemsetD32Async", "CUdeviceptr, unsigned int, size_t, CUstream"),
+    "cuMemAllocAsync": ("cuMemAllocAsync", "CUdeviceptr*, size_t, CUstream"),
     "cuMemAllocFromPoolAsync": ("cuMemAllocFromPoolAsync",
-                                (_P(_CUdeviceptr), _size_t, _handle, _handle)),
-    "cuMemPoolCreate": ("cuMemPoolCreate", (_P(_handle), _P(CUmemPoolProps))),
-    "cuMemPoolSetAttribute": ("cuMemPoolSetAttribute", (_handle, _int, ctypes.c_void_p)),
-    "cuStreamIsCapturing": ("cuStreamIsCapturing", (_handle, _P(_int))),
-    "cuMemFreeAsync": ("cuMemFreeAsync", (_CUdeviceptr, _handle)),
-    "cuMemcpy2DAsync": ("cuMemcpy2DAsync_v2", (_P(CUDA_MEMCPY2D), _handle)),
-    "cuStreamSynchronize": ("cuStreamSynchronize", (_handle,)),
-    # tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides,
-    # boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill
+                                "CUdeviceptr*, size_t, CUmemoryPool, CUstream"),
+    "cuMemPoolCreate": ("cuMemPoolCreate", "CUmemoryPool*, const CUmemPoolProps*"),
+    "cuMemPoolSetAttribute": ("cuMemPoolSetAttribute",
+                              "CUmemoryPool, CUmemPool_attribute, void*"),
+    "cuStreamIsCapturing": ("cuStreamIsCapturing", "CUstream, CUstreamCaptureStatus*"),
+    "cuMemFreeAsync": ("cuMemFreeAsync", "CUdeviceptr, CUstream"),
+    "cuMemcpy2DAsync": ("cuMemcpy2DAsync_v2", "const CUDA_MEMCPY2D*, CUstream"),
+    "cuStreamSynchronize": ("cuStreamSynchronize", "CUstream"),
     "cuTensorMapEncodeTiled": ("cuTensorMapEncodeTiled",
-                               (_P(CUtensorMap), _int, _cuuint32, ctypes.c_void_p,
-                                _P(_cuuint64), _P(_cuuint64), _P(_cuuint32), _P(_cuuint32),
-                                _int, _int, _int, _int)),
+                               "CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, "
+                               "const cuuint64_t*, const cuuint64_t*, const cuuint32_t*, "
+                               "const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle, "
+                               "CUtensorMapL2promotion, CUtensorMapFloatOOBfill"),
 }
+
+# The C types of those declarations: CUresult and the enums are C ints, CUdevice an int,
+# CUdeviceptr an unsigned 64-bit int, CUcontext/CUmodule/CUfunction/CUstream/CUmemoryPool
+# opaque pointers; the structs are ``structs()``'.
+_C_TYPES: dict[str, Any] = {
+    "int": ctypes.c_int, "unsigned int": ctypes.c_uint, "size_t": ctypes.c_size_t,
+    "cuuint32_t": ctypes.c_uint32, "cuuint64_t": ctypes.c_uint64, "CUdevice": ctypes.c_int,
+    "CUdeviceptr": ctypes.c_uint64, "void*": ctypes.c_void_p, "char*": ctypes.c_char_p,
+    **dict.fromkeys(("CUcontext", "CUmodule", "CUfunction", "CUstream", "CUmemoryPool"),
+                    ctypes.c_void_p),
+    **dict.fromkeys(("CUresult", "CUdevice_attribute", "CUpointer_attribute",
+                     "CUfunction_attribute", "CUmemPool_attribute", "CUstreamCaptureStatus",
+                     "CUtensorMapDataType", "CUtensorMapInterleave", "CUtensorMapSwizzle",
+                     "CUtensorMapL2promotion", "CUtensorMapFloatOOBfill"), ctypes.c_int),
+}
+
+
+def _c_type(declaration: str) -> Any:
+    """The ctypes type of one parameter declaration of ``_PROTOTYPES`` (``const`` dropped:
+    ctypes has none; ``T*`` a pointer to ``T``)."""
+    declaration = declaration.strip().removeprefix("const ")
+    found = _C_TYPES.get(declaration)
+    if found is not None:
+        return found
+    if declaration.endswith("*"):
+        return ctypes.POINTER(_c_type(declaration[:-1]))
+    return structs()[declaration]
+
+
+def argtypes(name: str) -> tuple[Any, ...]:
+    """The ctypes argument types of driver function ``name`` (``_PROTOTYPES``)."""
+    return tuple(_c_type(p) for p in _PROTOTYPES[name][1].split(","))
+
+
+@functools.cache
+def structs() -> dict[str, Any]:
+    """cuda.h's structs that tilekit passes, as ctypes classes by their C name; made when
+    one is first needed (a tensor map, a repacking copy, the memory pool, a test reading a
+    launch configuration): four ctypes classes cost ~0.2 ms to create, and a plain launch
+    needs none."""
+
+    class CUtensorMap(ctypes.Structure):
+        """``CUtensorMap`` (cuda.h: ``cuuint64_t opaque[16]``, 64-byte aligned). ctypes
+        cannot state the alignment, so a map is only ever made with ``from_address`` inside
+        a buffer aligned by hand (``encode_tensor_map``)."""
+
+        _fields_ = [("opaque", ctypes.c_uint64 * (TENSOR_MAP_BYTES // 8))]
+
+    class CUDA_MEMCPY2D(ctypes.Structure):  # noqa: N801  (cuda.h's name)
+        """``CUDA_MEMCPY2D`` (cuda.h): a copy of ``Height`` rows of ``WidthInBytes`` bytes
+        between two pitched buffers; tilekit fills only the device-to-device fields."""
+
+        _fields_ = [("srcXInBytes", ctypes.c_size_t), ("srcY", ctypes.c_size_t),
+                    ("srcMemoryType", ctypes.c_int), ("srcHost", ctypes.c_void_p),
+                    ("srcDevice", ctypes.c_uint64), ("srcArray", ctypes.c_void_p),
+                    ("srcPitch", ctypes.c_size_t),
+                    ("dstXInBytes", ctypes.c_size_t), ("dstY", ctypes.c_size_t),
+                    ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p),
+                    ("dstDevice", ctypes.c_uint64), ("dstArray", ctypes.c_void_p),
+                    ("dstPitch", ctypes.c_size_t),
+                    ("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t)]
+
+    class CUmemPoolProps(ctypes.Structure):  # noqa: N801  (cuda.h's name)
+        """``CUmemPoolProps`` (cuda.h): tilekit sets the allocation type and the device; the
+        rest (``win32SecurityAttributes`` and 64 bytes that newer headers split into
+        ``maxSize``, ``usage`` and reserved ones) stays zero, the defaults."""
+
+        _fields_ = [("allocType", ctypes.c_int), ("handleTypes", ctypes.c_int),
+                    ("locationType", ctypes.c_int), ("locationId", ctypes.c_int),
+                    ("win32SecurityAttributes", ctypes.c_void_p),
+                    ("rest", ctypes.c_ubyte * 64)]
+
+    class CUlaunchConfig(ctypes.Structure):  # noqa: N801  (cuda.h's name)
+        """``CUlaunchConfig`` (cuda.h, CUDA 12+), the first argument of ``cuLaunchKernelEx``.
+        The fast path writes it with ``struct`` (``fastpath.CONFIG_FORMAT``); this is its C
+        layout, which a test holds the format to."""
+
+        _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                    ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
+                    ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                    ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                    ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+
+    return {c.__name__: c for c in (CUtensorMap, CUDA_MEMCPY2D, CUmemPoolProps,
+                                    CUlaunchConfig)}
+
 
 # The enum values tilekit passes (cuda.h).
 CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1
@@ -243,13 +287,13 @@ def _fn(name: str) -> Any:
     """The driver function ``name`` (see ``_PROTOTYPES``) with its argument types set."""
     fn = _functions.get(name)
     if fn is None:
-        symbol, argtypes = _PROTOTYPES[name]
+        symbol = _PROTOTYPES[name][0]
         try:
             fn = getattr(library(), symbol)
         except AttributeError:
             raise LaunchError(f"the CUDA driver has no {symbol}",
                               hints=["update the NVIDIA driver"]) from None
-        fn.argtypes = argtypes
+        fn.argtypes = argtypes(name)
         fn.restype = ctypes.c_int
         _functions[name] = fn
     return fn
@@ -372,7 +416,7 @@ class DeviceProps(namedtuple(
 
 def _device(ordinal: int, loc: SourceLoc | None = None) -> int:
     """The ``CUdevice`` of an ordinal."""
-    dev = _CUdevice()
+    dev = ctypes.c_int()  # CUdevice
     _call("cuDeviceGet", ctypes.byref(dev), ordinal, loc=loc)
     return dev.value
 
@@ -441,7 +485,7 @@ def current_device() -> int:
     ctx = ctypes.c_void_p()
     if _fn("cuCtxGetCurrent")(ctypes.byref(ctx)) != 0 or not ctx.value:
         return 0
-    dev = _CUdevice()
+    dev = ctypes.c_int()  # CUdevice
     _call("cuCtxGetDevice", ctypes.byref(dev))
     return dev.value
 
@@ -506,11 +550,12 @@ def encode_tensor_map(global_address: int, data_type: int, rank: int,
     scratch = ctypes.create_string_buffer(TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN)
     address = ctypes.addressof(scratch)
     address += -address % TENSOR_MAP_ALIGN
-    tensor_map = CUtensorMap.from_address(address)
+    tensor_map = structs()["CUtensorMap"].from_address(address)
     _call("cuTensorMapEncodeTiled", tensor_map, data_type, rank, global_address,
-          (_cuuint64 * rank)(*global_dim), (_cuuint64 * max(rank - 1, 1))(*global_strides),
-          (_cuuint32 * rank)(*box_dim), (_cuuint32 * rank)(*element_strides), interleave,
-          swizzle, l2_promotion, oob_fill, loc=loc, what=what)
+          (ctypes.c_uint64 * rank)(*global_dim),
+          (ctypes.c_uint64 * max(rank - 1, 1))(*global_strides),
+          (ctypes.c_uint32 * rank)(*box_dim), (ctypes.c_uint32 * rank)(*element_strides),
+          interleave, swizzle, l2_promotion, oob_fill, loc=loc, what=what)
     return ctypes.string_at(address, TENSOR_MAP_BYTES)
 
 
@@ -518,7 +563,7 @@ def encode_tensor_map(global_address: int, data_type: int, rank: int,
 
 
 def alloc(nbytes: int, loc: SourceLoc | None = None) -> int:
-    ptr = _CUdeviceptr()
+    ptr = ctypes.c_uint64()  # CUdeviceptr
     _call("cuMemAlloc", ctypes.byref(ptr), max(nbytes, 1), loc=loc)
     return ptr.value
 
@@ -541,9 +586,10 @@ def _pool(device: int, loc: SourceLoc | None) -> int:
     belong to whoever else uses it."""
     pool = _pools.get(device)
     if pool is None:
-        props = CUmemPoolProps(allocType=_CU_MEM_ALLOCATION_TYPE_PINNED,
-                               locationType=_CU_MEM_LOCATION_TYPE_DEVICE, locationId=device)
-        handle = _handle()
+        props = structs()["CUmemPoolProps"](
+            allocType=_CU_MEM_ALLOCATION_TYPE_PINNED, locationType=_CU_MEM_LOCATION_TYPE_DEVICE,
+            locationId=device)
+        handle = ctypes.c_void_p()  # CUmemoryPool
         _call("cuMemPoolCreate", ctypes.byref(handle), ctypes.byref(props), loc=loc)
         keep = ctypes.c_uint64(2**64 - 1)
         _call("cuMemPoolSetAttribute", handle, _CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
@@ -557,8 +603,8 @@ def alloc_async(nbytes: int, stream: int, device: int,
     """Device memory ordered on ``stream``: usable by work queued on ``stream`` after
     this call, from tilekit's pool on ``device`` (``_pool``); inside a CUDA graph capture,
     from the default pool, whose allocations a capture records as graph nodes."""
-    ptr = _CUdeviceptr()
-    capturing = _int()
+    ptr = ctypes.c_uint64()  # CUdeviceptr
+    capturing = ctypes.c_int()  # CUstreamCaptureStatus
     _call("cuStreamIsCapturing", stream or None, ctypes.byref(capturing), loc=loc)
     if capturing.value:
         _call("cuMemAllocAsync", ctypes.byref(ptr), max(nbytes, 1), stream or None, loc=loc)
@@ -582,9 +628,10 @@ def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int
     start every ``src_pitch`` and ``dst_pitch`` bytes (``cuMemcpy2DAsync``)."""
     if not (rows and row_bytes):
         return
-    copy = CUDA_MEMCPY2D(srcMemoryType=_CU_MEMORYTYPE_DEVICE, srcDevice=src, srcPitch=src_pitch,
-                         dstMemoryType=_CU_MEMORYTYPE_DEVICE, dstDevice=dst, dstPitch=dst_pitch,
-                         WidthInBytes=row_bytes, Height=rows)
+    copy = structs()["CUDA_MEMCPY2D"](
+        srcMemoryType=_CU_MEMORYTYPE_DEVICE, srcDevice=src, srcPitch=src_pitch,
+        dstMemoryType=_CU_MEMORYTYPE_DEVICE, dstDevice=dst, dstPitch=dst_pitch,
+        WidthInBytes=row_bytes, Height=rows)
     _call("cuMemcpy2DAsync", ctypes.byref(copy), stream or None, loc=loc)
 
 
@@ -626,23 +673,11 @@ def launch_fn() -> Any:
     return fn
 
 
-class LaunchConfig(ctypes.Structure):
-    """``CUlaunchConfig`` (cuda.h, CUDA 12+), the first argument of ``cuLaunchKernelEx``.
-    The fast path writes it with ``struct`` (``fastpath.CONFIG_FORMAT``); this is its C
-    layout, which a test holds the format to."""
-
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
-                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
-                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
-
-
 @functools.cache
 def launch_ex_fn() -> Any:
     """``cuLaunchKernelEx`` from libcuda through ctypes, for the fast path, or None when the
     driver has none (before CUDA 12). Four arguments instead of eleven, all pre-built by
-    the caller (the ``LaunchConfig`` bytes, the function, the parameter array, NULL): ctypes
+    the caller (the ``CUlaunchConfig`` bytes, the function, the parameter array, NULL): ctypes
     converts nothing per call."""
     fn = getattr(library(), "cuLaunchKernelEx", None)
     if fn is not None:

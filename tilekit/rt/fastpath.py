@@ -123,7 +123,7 @@ SLOT_FORMATS: dict[str, str] = {
 # Slot alignments other than the slot's size.
 _SLOT_ALIGN = {TENSOR_MAP_TYPE: TENSOR_MAP_ALIGN}
 
-# cuLaunchKernelEx's CUlaunchConfig (``driver.LaunchConfig``) as a struct format: grid x y
+# cuLaunchKernelEx's CUlaunchConfig (``driver.structs()``) as a struct format: grid x y
 # z, block x y z, dynamic shared bytes, padding, the stream handle, then attrs = NULL and
 # numAttrs = 0 (written as zero bytes). An entry's buffer is this configuration followed by
 # the argument slots, so that one pack_into writes both.
