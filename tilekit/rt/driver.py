@@ -114,7 +114,7 @@ _PROTOTYPES: dict[str, tuple[str, str]] = {
 
 # The C types of those declarations: CUresult and the enums are C ints, CUdevice an int,
 # CUdeviceptr an unsigned 64-bit int, CUcontext/CUmodule/CUfunction/CUstream/CUmemoryPool
-# opaque pointers; the structs are ``structs()``'.
+# opaque pointers; a struct's name is looked up in ``structs()``.
 _C_TYPES: dict[str, Any] = {
     "int": ctypes.c_int, "unsigned int": ctypes.c_uint, "size_t": ctypes.c_size_t,
     "cuuint32_t": ctypes.c_uint32, "cuuint64_t": ctypes.c_uint64, "CUdevice": ctypes.c_int,
