@@ -173,3 +173,19 @@ def test_the_compiler_uses_the_size_facts():
     divisible = compile_module(module, "sm_90a", divisible=facts).binary.decode()
     general = compile_module(module, "sm_90a").binary.decode()
     assert divisible.count("setp") < general.count("setp")
+
+
+def test_a_size_of_0_holds_no_size_fact_on_either_path(fake: Driver) -> None:
+    """A size fact lets code generation drop the bounds check of a tile at index 0 (the
+    tile lies inside): a size of 0 is a multiple of every tile but holds none, so it is
+    another variant, on the slow path and on the fast path's key (Python and native)."""
+    x64, y64 = matrix(8, 64), matrix(8, 64, at=0x10000)
+    x0, y0 = matrix(8, 0), matrix(8, 0, at=0x10000)
+    rows[8](x64, y64, N=64)
+    rows[8](x0, y0, N=64)  # not the first call's variant: a miss
+    first, second = fake.variants
+    assert first.divisible == {("X", 1, 64), ("Y", 1, 64)} and second.divisible == set()
+    for x, y, variant in ((x0, y0, second), (x64, y64, first), (x0, y0, second)):
+        rows[8](x, y, N=64)  # fast-path hits, each of its own variant's kernel
+        assert fake.launches[-1]["function"] == rows._loaded[variant].function.handle
+    assert fake.loads == 2

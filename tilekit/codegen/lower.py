@@ -106,8 +106,8 @@ class KernelLowering:
         self.aligned16 = aligned16  # the bucket's facts: tensor argument names
         self.unit_inner = unit_inner
         self.strides16 = strides16
-        # (tensor, dim, n): the tensor's size along dim is a multiple of n (a tile size of
-        # a tile view on it), so a tile is in bounds along dim when its start is.
+        # (tensor, dim, n): the tensor's size along dim is a positive multiple of n (a tile
+        # size of a tile view on it), so a tile is in bounds along dim when its start is.
         self.divisible = divisible
         self.vendor = nvptx.Vendor() if target.vendor == "nvptx" else amdgpu.Vendor()
         self.module = ir.Module(name=fn.name)

@@ -336,12 +336,21 @@ def _atomic(L: KernelLowering, op: Operation) -> None:
 
 # --- tile views -------------------------------------------------------------------------------
 
+def zero_index_dims(L: KernelLowering, op: Operation) -> frozenset[int]:
+    """The dims along which a tile view's index is the constant 0 (the weights of a norm:
+    ``W.tile((N,), (0,))``): its start there is 0, whatever the extent."""
+    return frozenset(d for d, v in enumerate(op.variadic("index"))
+                     if isinstance(r := L.regs(v)[0], ir.Constant) and r.constant == 0)
+
+
 def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
                      ) -> tuple[TensorHandle, list[ir.Value], list[ir.Value | None]]:
     """Per register: the element offset (index type) and whether it is inside the tensor.
 
-    Along a dim whose size the bucket knows to be a multiple of the tile's extent
-    (``L.divisible``), the tile is inside when its start is: one uniform compare."""
+    Along a dim whose size the bucket knows to be a positive multiple of the tile's extent
+    (``L.divisible``), the tile is inside when its start is: one uniform compare; and at
+    index 0 it is inside with no compare (the size is at least the extent), so its loads
+    take no branch and leave no phi (whose values LLVM would widen at the join)."""
     b = L.b
     t = L.tensor(op.operand("tensor"))
     shape = op.attrs["shape"]
@@ -350,8 +359,13 @@ def _tile_addressing(L: KernelLowering, op: Operation, lay: TileLayout
         idx = _to_i64(b, L.regs(v)[0], dtype_of(v).is_signed)
         starts.append(b.mul(idx, ir.Constant(I64, n)))
     sizes = [_to_i64(b, s) for s in t.sizes]
-    whole = {d: b.icmp_unsigned("<", starts[d], sizes[d]) for d, n in enumerate(shape)
-             if n == 1 or (t.name, d, n) in L.divisible}
+    at_zero = zero_index_dims(L, op)
+    whole: dict[int, ir.Value | None] = {}
+    for d, n in enumerate(shape):
+        if (t.name, d, n) in L.divisible:
+            whole[d] = None if d in at_zero else b.icmp_unsigned("<", starts[d], sizes[d])
+        elif n == 1:
+            whole[d] = b.icmp_unsigned("<", starts[d], sizes[d])
     # Offsets in 64 bits as (this thread's part) + (the register's constant part) * stride:
     # with a unit inner stride the register parts are constants, which LLVM folds into
     # the accesses' immediate offsets (one address register per access, not per vector).
@@ -389,7 +403,8 @@ def _tile_load(L: KernelLowering, op: Operation) -> None:
     t, offsets, inside = _tile_addressing(L, op, lay)
     pad = S.constant(t.dtype, op.attrs.get("padding", 0))
     L.before_global_read()
-    L.define(op.result, tile_access.tile_gather(L, t, lay, offsets, inside, pad))
+    L.define(op.result, tile_access.tile_gather(L, t, lay, offsets, inside, pad,
+                                                zero_index_dims(L, op)))
 
 
 @rule("tile_store")
@@ -398,7 +413,8 @@ def _tile_store(L: KernelLowering, op: Operation) -> None:
     lay = layout_of(value)
     t, offsets, inside = _tile_addressing(L, op, lay)
     preds = [_and(L, L.owned(lay, r), inside[r]) for r in range(lay.num_regs)]
-    tile_access.tile_scatter(L, t, lay, offsets, L.regs(value), preds)
+    tile_access.tile_scatter(L, t, lay, offsets, L.regs(value), preds,
+                             zero_index_dims(L, op))
     L.after_global_write()
 
 

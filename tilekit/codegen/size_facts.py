@@ -1,11 +1,13 @@
 """Which size divisibility facts a traced kernel can use: the per-call half of its bucket.
 
 A tile view ``X.tile(shape, index)`` is in bounds along dim ``d`` for every element when
-the tensor's size along ``d`` is a multiple of ``shape[d]`` and the tile's start is in
-bounds: one uniform compare instead of one per register, and no tail. So each tile view
-names candidate facts ``(tensor, dim, n)``; a call computes which of them hold (a modulo
-per fact, on sizes it reads anyway) and those that hold are part of its bucket. Facts no
-tile view can use are never computed, so arguments that differ only in them share code.
+the tensor's size along ``d`` is a positive multiple of ``shape[d]`` and the tile's start
+is in bounds: one uniform compare instead of one per register, and no tail; at index 0 no
+compare at all (a norm's weights: ``W.tile((N,), (0,))``). A size of 0 is a multiple of
+every ``n`` but holds no tile, so it has no fact. Each tile view names candidate facts
+``(tensor, dim, n)``; a call computes which of them hold (a compare and a modulo per fact,
+on sizes it reads anyway) and those that hold are part of its bucket. Facts no tile view
+can use are never computed, so arguments that differ only in them share code.
 
 Pure IR inspection: importing this module imports no compiler.
 """
@@ -42,5 +44,7 @@ def candidate_size_facts(module: Module) -> tuple[SizeFact, ...]:
 
 def size_facts_holding(candidates: Sequence[SizeFact],
                        shapes: Mapping[str, Sequence[int]]) -> frozenset[SizeFact]:
-    """The candidates that hold for tensors of these shapes (name -> sizes)."""
-    return frozenset(f for f in candidates if shapes[f[0]][f[1]] % f[2] == 0)
+    """The candidates that hold for tensors of these shapes (name -> sizes): the size is a
+    positive multiple of ``n`` (the runtime's fast-path key computes the same)."""
+    return frozenset(f for f in candidates if 0 < (size := shapes[f[0]][f[1]])
+                     and size % f[2] == 0)

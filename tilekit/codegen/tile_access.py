@@ -176,16 +176,18 @@ def _shuffle_run(L: KernelLowering, lay: TileLayout, core: list[list[int]],
     return lane.div, lane.mod
 
 
-def _provably_aligned(L: KernelLowering, t: TensorHandle, lay: TileLayout, width: int
-                      ) -> bool:
+def _provably_aligned(L: KernelLowering, t: TensorHandle, lay: TileLayout, width: int,
+                      zero_dims: frozenset[int]) -> bool:
     """Whether the bucket's facts make every core group's shift 0 (LLVM folds it): an
-    aligned base, a unit inner stride, 16-byte strides on the other dims, and tiles whose
-    extent along the minor dim is a multiple of the group width. Such accesses keep the
-    plain vector path: the shuffle path's warp vote would pin their loads in place."""
+    aligned base, a unit inner stride, 16-byte strides on the other dims, and a tile start
+    along the minor dim that is a multiple of the group width (an extent that is one, or
+    the index 0: a norm's weight row of 4097). Such accesses keep the plain vector path:
+    the shuffle path's warp vote would pin their loads in place."""
     enc = lay.encoding
     minor = enc.order[0] if isinstance(enc, BlockedEncoding) else lay.rank - 1
     return (t.name in L.aligned16 and t.name in L.unit_inner
-            and (lay.rank == 1 or t.name in L.strides16) and lay.shape[minor] % width == 0)
+            and (lay.rank == 1 or t.name in L.strides16)
+            and (lay.shape[minor] % width == 0 or minor in zero_dims))
 
 
 def _words(L: KernelLowering, vec: ir.Value, nbytes: int) -> list[ir.Value]:
@@ -278,11 +280,11 @@ class _CorePlan:
 
     def __init__(self, L: KernelLowering, t: TensorHandle, lay: TileLayout,
                  core: list[list[int]], offsets: Sequence[ir.Value],
-                 preds: Sequence[ir.Value | None]) -> None:
+                 preds: Sequence[ir.Value | None], zero_dims: frozenset[int]) -> None:
         self.classes = _shift_classes(lay, core)
         self.fast, self.shifts = _core_condition(L, t, self.classes, offsets, preds)
         self.width = len(core[0])
-        self.aligned = _provably_aligned(L, t, lay, self.width)
+        self.aligned = _provably_aligned(L, t, lay, self.width, zero_dims)
         self.run = None if self.aligned else _shuffle_run(L, lay, core, t.dtype.itemsize)
         if self.run:
             self.src, self.first, self.last = _lane_roles(L, self.run)
@@ -314,7 +316,9 @@ class _CorePlan:
 
 def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
                 offsets: Sequence[ir.Value], preds: Sequence[ir.Value | None],
-                pad: ir.Value) -> list[ir.Value]:
+                pad: ir.Value, zero_dims: frozenset[int] = frozenset()) -> list[ir.Value]:
+    """The tile's registers (``pad`` where ``preds`` fails); ``zero_dims``: the dims along
+    which the tile's index is the constant 0 (``lower_memory.zero_index_dims``)."""
     b = L.b
     dt = t.dtype
     out: list[ir.Value] = [None] * len(offsets)  # type: ignore[list-item]
@@ -360,7 +364,7 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
 
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
-        plan = _CorePlan(L, t, lay, core, offsets, preds)
+        plan = _CorePlan(L, t, lay, core, offsets, preds, zero_dims)
         order = plan.registers
         if plan.windowed(dt.itemsize):
             def vector_path() -> list[ir.Value]:
@@ -385,7 +389,9 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
 
 def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
                  offsets: Sequence[ir.Value], values: Sequence[ir.Value],
-                 preds: Sequence[ir.Value | None]) -> None:
+                 preds: Sequence[ir.Value | None], zero_dims: frozenset[int] = frozenset()
+                 ) -> None:
+    """Store the registers where ``preds`` holds; ``zero_dims`` as for ``tile_gather``."""
     b = L.b
     dt = t.dtype
 
@@ -429,7 +435,7 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
 
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
-        plan = _CorePlan(L, t, lay, core, offsets, preds)
+        plan = _CorePlan(L, t, lay, core, offsets, preds, zero_dims)
         _two_paths(L, plan.fast,
                    lambda: plan.per_class(L, realigned if plan.run else pieces_of,
                                           lambda cls: 0),

@@ -482,7 +482,7 @@ static int compute_key(Launcher *self, Call *c) {
     for (int f = 0; f < self->nfacts; f++) { /* the size facts (Dispatcher.cover) */
         int64_t size = c->t[self->fact_tensor[f]].n[self->fact_dim[f]];
         long long n = self->fact_n[f];
-        int holds = (n & (n - 1)) == 0 ? !(size & (n - 1)) : size % n == 0;
+        int holds = size > 0 && ((n & (n - 1)) == 0 ? !(size & (n - 1)) : size % n == 0);
         PyTuple_SET_ITEM(c->key, pos++, PyBool_FromLong(holds));
     }
     return OK;

@@ -413,9 +413,10 @@ def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str) -
         elif p.kind == CONST:
             key.append(p.name)
     index = {p.name: j for j, p in enumerate(tensors)}
-    for name, dim, n in facts:  # the size facts: (n - 1) & size == 0 for powers of two
+    for name, dim, n in facts:  # the size facts (size_facts_holding): positive multiples
         size = f"_tk_n{index[name]}_{dim}"
-        key.append(f"not {size} & {n - 1}" if n & (n - 1) == 0 else f"{size} % {n} == 0")
+        key.append(f"0 < {size} and not {size} & {n - 1}" if n & (n - 1) == 0
+                   else f"0 < {size} and {size} % {n} == 0")
     for p in plans:
         if p.kind in (INT, SCALAR):
             values.append(f"_tk_bf16({p.name})" if p.bf16 else p.name)
