@@ -84,27 +84,19 @@ def two_streams(A: tk.Tensor, B: tk.Tensor, Y: tk.Tensor, BLOCK: tk.constexpr):
     Y.tile((1, BLOCK), (r, 0)).store(acc)
 
 
-@tk.kernel
-def pipelined_dot(A: tk.Tensor, B: tk.Tensor, C: tk.Tensor, BM: tk.constexpr,
-                  BN: tk.constexpr, BK: tk.constexpr, ROLES: tk.constexpr):
-    """A pipelined matmul (its consumer holds a dot's accumulator: setmaxnreg pays)."""
-    m, n = tk.program_id(0), tk.program_id(1)
-    acc = tk.zeros((BM, BN), tk.float32)
-    for _, a, b in tk.pipeline(A.tiles((BM, BK), row=m), B.tiles((BK, BN), col=n),
-                               stages=3, warp_roles=ROLES):
-        acc = tk.dot(a, b, acc)
-    C.tile((BM, BN), (m, n)).store(acc)
-
-
 def compiled_dot(roles: bool | None = True):
+    """The example's pipelined matmul, bf16, 128 x 128 x 64 blocks on three stages (its
+    consumer holds a dot's accumulator: setmaxnreg pays)."""
     import ml_dtypes
+
+    from examples.matmul import matmul_pipelined
 
     bf16 = ml_dtypes.bfloat16
     key = ("dot", roles)
     if key not in _COMPILED:
-        module = pipelined_dot.trace(np.zeros((256, 256), bf16), np.zeros((256, 256), bf16),
-                                     np.zeros((256, 256), f32), BM=128, BN=128, BK=64,
-                                     ROLES=roles)
+        module = matmul_pipelined.trace(
+            np.zeros((256, 256), bf16), np.zeros((256, 256), bf16), np.zeros((256, 256), f32),
+            256, BM=128, BN=128, BK=64, STAGES=3, WARP_ROLES=roles)
         _COMPILED[key] = compile_module(module, "sm_90a")
     return _COMPILED[key]
 
