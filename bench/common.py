@@ -93,23 +93,39 @@ def median(values: Sequence[float]) -> float:
 
 
 def cuda_events_median(fn: Callable[[], Any], reps: int = 20, warmup: int = 3) -> float:
-    """Median device time of ``fn()`` in milliseconds, one pair of CUDA events per rep
-    (on torch's current stream)."""
+    """Median device time of ``fn()`` in milliseconds: one pair of CUDA events per rep (on
+    torch's current stream), every rep queued behind a sleep kernel that holds the device
+    until the host has queued them all, one synchronization at the end.
+
+    With a synchronization after every rep, the device sat idle at each start event until
+    the host had launched the kernel, so each rep also timed the host's launch: 5-7 us of a
+    33 us row kernel, more for calls with more arguments, and varying with the host (the
+    same 4096 x 4097 bf16 layer norm read 0.73-0.87x of copy across processes). Queued but
+    not held, the host (events, launch) was barely faster than a 24 us kernel, and gaps
+    remained. Held, each event pair brackets device work only; the launch itself is
+    ``bench/dispatch.py``'s subject."""
+    import time
+
     import torch
 
-    for _ in range(warmup):
+    host = []
+    for _ in range(max(1, warmup)):
+        t0 = time.perf_counter()
         fn()
+        host.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(reps)]
+    # long enough for the host to queue every rep (its launch time, the two records, with
+    # room to spare; at most 50 ms), in cycles at 2 GHz (a slower clock only sleeps longer)
+    hold_s = min(0.05, reps * (2 * median(host) + 20e-6) + 200e-6)
+    torch.cuda._sleep(int(hold_s * 2e9))
+    for start, end in pairs:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return median(times)
+    torch.cuda.synchronize()
+    return median([start.elapsed_time(end) for start, end in pairs])
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

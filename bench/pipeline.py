@@ -78,16 +78,19 @@ def triton_kernels():
     return triton, dict(copy=copy, row_sum=row_sum)
 
 
-#: (BM, BN, STAGES) tried for each tilekit variant of the copy.
-CONFIGS = [(8, 256, 4), (8, 256, 12), (4, 256, 16), (16, 256, 6), (16, 256, 8),
-           (32, 256, 4), (32, 128, 8)]
+#: (BM, BN, STAGES) tried for each tilekit variant of the copy. The (1, 1024-4096) tiles
+#: are one row's run of 1 x 256 TMA boxes (`tma_box`), 2-8 KB of contiguous bytes per stage:
+#: 0.96-0.98x of torch's copy in an ad hoc sweep on the H100 (2026-11-25), where the 2-D
+#: boxes of (4-8, 256) reached 0.94x and taller ones 0.88-0.89x.
+CONFIGS = [(1, 4096, 2), (1, 4096, 3), (1, 2048, 4), (1, 1024, 8), (8, 256, 8),
+           (8, 256, 12), (4, 256, 16), (16, 256, 6), (32, 256, 4)]
 #: ... and of the row sum: configs whose programs are all resident at once on a 132-SM
 #: H100 (one wave; in the runs before, every config of 1.3 waves was among the slowest),
 #: tiles of 4 KB or more (a step's fixed cost, waits, fence and arrivals, over a 1 KB tile
 #: takes most of an SM's issue slots) and 3-8 stages (at BM = 8, 7.8 programs per SM with
 #: 3 stages in flight each keep ~90 KB in flight per SM; deeper rings cost occupancy).
 SUM_CONFIGS = [(8, 256, 3), (8, 256, 4), (8, 256, 6), (16, 256, 4), (16, 256, 6),
-               (32, 256, 4), (16, 128, 8)]
+               (32, 256, 4), (16, 128, 8), (1, 4096, 2), (1, 2048, 4)]
 VARIANTS = {  # name -> (engine, warp roles)
     "tma": ("tma", False),
     "tma + warp roles": ("tma", True),
