@@ -57,10 +57,12 @@ def _kernel_resources(cubin: bytes, kernel: str) -> dict[str, int]:
 
 
 @needs_cuobjdump
-@pytest.mark.parametrize("rows,cols", [(8192, 8192), (4096, 4097)])
-def test_bf16_layer_norm_keeps_64_kb_of_rows_per_sm_without_spills(rows, cols):
+@pytest.mark.parametrize("rows,cols,kb", [(8192, 8192, 64), (4096, 4097, 48)])
+def test_bf16_layer_norm_keeps_its_rows_per_sm_without_spills(rows, cols, kb):
     """The regression of issue 7: 235 and 255 registers (255 with 106 bytes of spills)
-    before; 128 now, on 4 and 2 warps: 4 and 8 blocks per SM."""
+    before. Now 128 on 4 warps for rows of 8192 (4 blocks per SM, 64 KB of rows), and 79
+    on 4 warps for rows of 4097 (6 blocks, 48 KB: the register estimate allows no more,
+    and 4 warps measured faster than 2 warps' 8 blocks; see ``driver``)."""
     module, facts = _layer_norm(rows, cols)
     compiled = compile_module(module, "sm_90a", divisible=facts)
     cubin = link.link_ptx(compiled.binary, "sm_90a")
@@ -69,7 +71,7 @@ def test_bf16_layer_norm_keeps_64_kb_of_rows_per_sm_without_spills(rows, cols):
     assert not {op for op in opcodes(cubin) if op.startswith(("LDL", "STL"))}
     per_warp = -(-used["REG"] // 8) * 8 * 32  # registers are allocated 8 per thread at a time
     blocks = min(64, REGISTERS_PER_SM // per_warp) // compiled.num_warps
-    assert blocks * cols * bf16.itemsize >= ROW_BYTES_PER_SM, (used["REG"], blocks)
+    assert blocks * cols * bf16.itemsize >= kb * 1024, (used["REG"], blocks)
 
 
 def _blocks(module, facts, warps: int | None = None) -> int:
@@ -79,8 +81,10 @@ def _blocks(module, facts, warps: int | None = None) -> int:
                                     warps, facts)
 
 
-@pytest.mark.parametrize("cols,warps,blocks", [(8192, 4, 4), (4097, 2, 8), (16384, 8, 2)])
-def test_bf16_rows_ask_for_64_kb_of_rows_per_sm(cols, warps, blocks):
+@pytest.mark.parametrize("cols,warps,blocks", [(8192, 4, 4), (4097, 4, 6), (16384, 8, 2)])
+def test_bf16_rows_ask_for_their_rows_per_sm(cols, warps, blocks):
+    """64 KB of rows per SM where the registers allow it (rows of 4097 on 4 warps: 6
+    blocks); 4 warps at least, 8 at most."""
     module, facts = _layer_norm(64, cols)
     assert driver.default_num_warps(module) == warps
     assert _blocks(module, facts) == blocks

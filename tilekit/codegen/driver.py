@@ -42,9 +42,12 @@ def _target_machine(target: Target):
 
 
 # A row kernel (softmax, norms: every large tile it moves is one row) wants about this
-# many bytes of its largest row per thread: 8 loads of 16 bytes in flight. Measured on
-# the H100 (bench/RESULTS.md, "Warps for row kernels"): bf16 rows of 4097 reached 0.93-0.95
-# of copy bandwidth on 2 warps against 0.82-0.91 on 4; f32 rows of 8192, 0.98 on 8.
+# many bytes of its largest row per thread: 8 loads of 16 bytes in flight, on 4 warps at
+# least. Measured on the H100 with device-only timing (bench/RESULTS.md, "Warps for row
+# kernels", 2026-11-25): bf16 rows of 4097 on 4 warps against 2, layer norm 0.85 -> 0.88
+# of copy, RMSNorm 0.89 -> 0.93, softmax 0.90 -> 0.96, though layer norm's registers then
+# allow 6 blocks per SM (48 KB of rows) where 2 warps had 8; f32 rows of 8192, 0.98 on 8.
+# (An earlier measurement favoured 2 warps; its timing included the host's launch.)
 _ROW_BYTES_PER_THREAD = 128
 
 # ... and about this many bytes of rows per SM (blocks resident at once x the largest row).
@@ -82,11 +85,11 @@ def _row_bytes(module: Module) -> int:
 
 
 def default_num_warps(module: Module) -> int:
-    """Row kernels (``_row_bytes``): 2 to 8 warps, so that each thread moves about
-    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row. Other kernels: four warps; eight
-    when their largest tile has 8192 elements or more, unless a dot's M is under 128 rows
-    (a 64 x 128 or 64 x 256 block: one warpgroup of four warps covers its 64 rows on
-    wgmma, and mma.sync runs such tiles on four warps as well)."""
+    """Row kernels (``_row_bytes``): 4 to 8 warps, so that each thread moves about
+    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 16 KB. Other
+    kernels: four warps; eight when their largest tile has 8192 elements or more, unless a
+    dot's M is under 128 rows (a 64 x 128 or 64 x 256 block: one warpgroup of four warps
+    covers its 64 rows on wgmma, and mma.sync runs such tiles on four warps as well)."""
     import math
 
     from tilekit.ir.types import TileType
@@ -94,7 +97,7 @@ def default_num_warps(module: Module) -> int:
     row_bytes = _row_bytes(module)
     if row_bytes:
         warps = row_bytes / (_ROW_BYTES_PER_THREAD * 32)
-        return min(8, max(2, 2 ** round(math.log2(warps))))
+        return min(8, max(4, 2 ** round(math.log2(warps))))
     largest, dot_m = 1, None
     for op in module.walk():
         if op.name == "dot":
