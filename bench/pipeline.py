@@ -81,7 +81,7 @@ def triton_kernels():
 #: (BM, BN, STAGES) tried for each tilekit variant of the copy. The (1, 1024-4096) tiles
 #: are one row's run of 1 x 256 TMA boxes (`tma_box`), 2-8 KB of contiguous bytes per stage:
 #: 0.96-0.98x of torch's copy in an ad hoc sweep on the H100 (2026-11-25), where the 2-D
-#: boxes of (4-8, 256) reached 0.94x and taller ones 0.88-0.89x.
+#: boxes of (2-8, 256) reached 0.94x and taller ones 0.88-0.92x.
 CONFIGS = [(1, 4096, 2), (1, 4096, 3), (1, 2048, 4), (1, 1024, 8), (8, 256, 8),
            (8, 256, 12), (4, 256, 16), (16, 256, 6), (32, 256, 4)]
 #: ... and of the row sum: configs whose programs are all resident at once on a 132-SM
