@@ -7,6 +7,10 @@
   the breakdown by stage (each stage's function wrapped with a timer).
 * **warm**: a fresh process whose cache directory holds the kernel already: from before
   ``import tilekit`` to the first launch returned (and to its result synchronized).
+* every child has an empty ``TILEKIT_CACHE_DIR`` (the cold runs; the warm runs share a
+  filled one) and its own empty ``CUDA_CACHE_PATH``: nvJitLink's own JIT cache, in
+  ``~/.nv/ComputeCache`` by default, would otherwise hand a cold child the cubin that an
+  earlier process assembled, and the figure would leave out ptxas.
 * **offline** (``--offline``, no GPU, no torch): the cold run's compile alone, as a launch
   does it up to the module load: trace, the cache key, ``compile_module``, nvJitLink, the
   cache write, for the same arguments as numpy arrays, targeting ``--arch`` (sm_90a).
@@ -213,7 +217,12 @@ PYCACHE: str | None = None  # the children's PYTHONPYCACHEPREFIX (None: the envi
 
 
 def run_child(mode: str, cache_dir: str, extra: list[str]) -> dict[str, Any]:
+    # CUDA_CACHE_PATH: nvJitLink (13.x) and the driver keep a JIT cache of PTX -> cubin in
+    # ~/.nv/ComputeCache by default, shared by every process: a child would find the PTX
+    # that an earlier child (or the bytecode run) assembled, and skip ptxas (~0.3 s on the
+    # H100's host). A fresh one per child makes "cold" cold for the toolchain too.
     env = dict(os.environ, TILEKIT_CACHE_DIR=cache_dir,
+               CUDA_CACHE_PATH=os.path.join(cache_dir, "nv-compute-cache"),
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("TILEKIT_INTERPRET", None)
     if PYCACHE is not None:

@@ -10,15 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tilekit.codegen.artifact import CompiledKernel
     from tilekit.ir.core import Module
 
 
 def compile_module(module: Module, target: str = "sm_90a", num_warps: int | None = None,
-                   divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
+                   divisible: frozenset[tuple[str, int, int]] = frozenset(),
+                   while_llvm: Callable[[], object] | None = None) -> CompiledKernel:
     """Lower a traced, optimized module for ``target`` (``sm_90a``, ``sm_80``, ``gfx942``);
     ``num_warps`` None lets the driver choose from the tile sizes; ``divisible`` is the
-    call's size facts (``tilekit.codegen.size_facts``)."""
+    call's size facts (``tilekit.codegen.size_facts``); ``while_llvm`` is called as LLVM's
+    optimizer starts (see ``driver.emit_binary``)."""
     from tilekit.codegen.driver import compile_module as _compile
 
-    return _compile(module, target, num_warps, divisible)
+    return _compile(module, target, num_warps, divisible, while_llvm)

@@ -25,7 +25,7 @@ from tilekit.ir.core import Module, Operation
 from tilekit.ir.passes import dump, should_dump, written_args
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from tilekit.ir.types import TileType
 
@@ -346,15 +346,22 @@ def emit_code(mod, tgt: Target) -> tuple[bytes, str]:
 
 
 def emit_binary(text: str, tgt: Target, kernel: str, uses_libdevice: bool,
-                loc=None, prefetched: LibdevicePrefetch | None = None
-                ) -> tuple[bytes, str, str]:
+                loc=None, prefetched: LibdevicePrefetch | None = None,
+                while_llvm: Callable[[], object] | None = None) -> tuple[bytes, str, str]:
     """LLVM IR text of one kernel -> (PTX text or an AMDGCN object, its kind, the IR that
     ``TILEKIT_DUMP=llvm`` shows): ``parse_ir``, ``link_math`` when libdevice is used
-    (NVPTX; the ``prefetched`` parse when there is one), ``optimize``, ``emit_code``."""
+    (NVPTX; the ``prefetched`` parse when there is one), ``optimize``, ``emit_code``.
+
+    ``while_llvm`` is called just before ``optimize``: the optimizer and the code emission
+    are most of a compile's time and run without the GIL, so Python work that the caller
+    starts on a thread then (the runtime loads nvJitLink) overlaps them; started earlier,
+    it would contend with the lowering, which is Python."""
     mod = parse_ir(text, tgt, kernel, loc)
     if tgt.is_nvidia and uses_libdevice:
         link_math(mod, tgt, kernel, loc, prefetched)
     llvm_text = str(mod) if should_dump("llvm") else text
+    if while_llvm is not None:
+        while_llvm()
     optimize(mod, tgt)
     binary, kind = emit_code(mod, tgt)
     return binary, kind, llvm_text
@@ -386,14 +393,16 @@ def _role_warps(module: Module, warps: int) -> int:
 
 def compile_module(module: Module, target: str | Target = "sm_90a",
                    num_warps: int | None = None,
-                   divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
+                   divisible: frozenset[tuple[str, int, int]] = frozenset(),
+                   while_llvm: Callable[[], object] | None = None) -> CompiledKernel:
     """Lower a traced module to a loadable binary for ``target``.
 
     The bucket's facts come from the specialization (``fn.aligned16``, ``unit_inner``,
     ``strides16``, set when it was traced) and from the call (``divisible``: triples
     ``(tensor, dim, n)`` whose size along ``dim`` is a positive multiple of ``n``; see
-    ``tilekit.codegen.size_facts``). A kernel with warp roles gets more warps than
-    ``num_warps``: its producer warps (``CompiledKernel.num_warps`` says how many in all)."""
+    ``tilekit.codegen.size_facts``). ``while_llvm``: see ``emit_binary``. A kernel with
+    warp roles gets more warps than ``num_warps``: its producer warps
+    (``CompiledKernel.num_warps`` says how many in all)."""
     from tilekit.codegen.lower import lower_function
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
 
@@ -430,7 +439,8 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         if blocks > 1:
             lowering.vendor.min_blocks_per_sm(lowering.module, lowering.func, blocks)
         binary, kind, llvm_text = emit_binary(str(lowering.module), tgt, fn.name,
-                                              bool(lowering.math.used), fn.loc, prefetch)
+                                              bool(lowering.math.used), fn.loc, prefetch,
+                                              while_llvm)
     finally:
         if prefetch is not None:
             prefetch.join()  # no parse left running after an error, or for an unused result

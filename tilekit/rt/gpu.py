@@ -103,8 +103,11 @@ def cache_key(module: Module, spec: Specialization, arch: str,
 
 def _codegen(module: Module, arch: str, divisible: frozenset[SizeFact]) -> CompiledKernel:
     from tilekit.codegen import compile_module
+    from tilekit.rt import link
 
-    return compile_module(module, target=arch, divisible=divisible)
+    # nvJitLink, which links the PTX next, is loaded while LLVM optimizes
+    return compile_module(module, target=arch, divisible=divisible,
+                          while_llvm=link.prefetch if arch.startswith("sm_") else None)
 
 
 def compile_cached(module: Module, spec: Specialization, arch: str,

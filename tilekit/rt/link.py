@@ -14,6 +14,7 @@ names the kernel's definition line.
 from __future__ import annotations
 
 import functools
+import threading
 
 from tilekit.errors import LoweringError, SourceLoc
 
@@ -24,12 +25,35 @@ class LinkerUnavailable(RuntimeError):
 
 @functools.cache
 def _nvjitlink():  # type: ignore[no-untyped-def]
+    # functools.cache does not make concurrent first calls wait for each other: a caller on
+    # another thread than ``prefetch``'s waits for it here instead of loading twice.
+    worker = _prefetch
+    if worker is not None and worker is not threading.current_thread():
+        worker.join()
     try:
         from cuda.bindings import nvjitlink
         nvjitlink.version()  # loads the library: fails here when it is missing
     except Exception as exc:  # ImportError, or cuda.pathfinder's DynamicLibNotFoundError
         raise LinkerUnavailable(f"nvJitLink is not available ({exc})") from None
     return nvjitlink
+
+
+_prefetch: threading.Thread | None = None
+_prefetch_lock = threading.Lock()
+
+
+def prefetch() -> None:
+    """Start loading nvJitLink on a worker thread, so that the link at the end of a compile
+    finds it loaded. Called when a kernel is about to be compiled: the load is ~30 ms of
+    imports (``cuda.pathfinder``) and the 50 MB library's ``dlopen``, 90 ms on a slow host;
+    most of it runs while the compiling thread is inside LLVM, which releases the GIL.
+    A failure is kept by ``_nvjitlink``'s cache and reported by ``available`` as before."""
+    global _prefetch
+    with _prefetch_lock:
+        if _prefetch is not None or _nvjitlink.cache_info().currsize:
+            return
+        _prefetch = threading.Thread(target=available, daemon=True, name="tilekit-nvjitlink")
+        _prefetch.start()
 
 
 def available() -> bool:
