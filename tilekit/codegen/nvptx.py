@@ -75,6 +75,30 @@ class Vendor:
         indices = module.add_metadata([ir.Constant(I32, k + 1) for k in params])
         ann.add(module.add_metadata([fn, "grid_constant", indices]))
 
+    def store_if(self, b: ir.IRBuilder, pred: ir.Value, address: ir.Value,
+                 value: ir.Value, nbytes: int) -> None:
+        """``st.global`` of ``value`` (``nbytes`` of 1, 2, 4, 8 or 16, any type of that
+        size) at ``address`` (i64, aligned to ``nbytes``) where ``pred`` (i1) holds: one
+        predicated instruction, never a branch, and never moved into one by LLVM (a
+        sequence of conditional pieces came out of ptxas as branches around blocks)."""
+        if nbytes >= 4:
+            words = nbytes // 4
+            v = b.bitcast(value, I32 if words == 1 else ir.VectorType(I32, words))
+            regs = [v] if words == 1 else [b.extract_element(v, c32(i)) for i in range(words)]
+            kind, cons = (f"v{words}.b32" if words > 1 else "b32"), "r"
+        else:
+            v = b.bitcast(value, ir.IntType(8 * nbytes))
+            regs = [v if nbytes == 2 else b.zext(v, ir.IntType(16))]
+            kind, cons = f"b{8 * nbytes}", "h"
+        names = ", ".join(f"${i + 2}" for i in range(len(regs)))
+        data = names if len(regs) == 1 else "{" + names + "}"
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(1), I64]
+                                           + [r.type for r in regs]),
+                           f"@$0 st.global.{kind} [$1], {data};",
+                           ",".join(["b", "l"] + [cons] * len(regs)) + ",~{memory}",
+                           side_effect=True)
+        b.call(asm, [pred, address, *regs])
+
     def shuffle_xor(self, b: ir.IRBuilder, value: ir.Value, mask: int) -> ir.Value:
         """``value`` (i32) of the lane ``lane ^ mask`` (every lane of the warp takes part)."""
         return _call(b, "llvm.nvvm.shfl.sync.bfly.i32", I32,

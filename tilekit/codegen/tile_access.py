@@ -46,7 +46,8 @@ from tilekit.codegen.lower_memory import (
     vector_groups,
     vector_ptr,
 )
-from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
+from tilekit.layout.realign import Piece, RotatedRun, rotated_run
+from tilekit.layout.tile_layouts import BlockedEncoding, ThreadTerm, TileLayout
 
 
 def aligned_pieces(shift: int, width: int, length: int | None = None
@@ -433,16 +434,143 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
             one(r)
         return []
 
+    def core_scalars(groups: Sequence[list[int]]) -> list[ir.Value]:
+        """Core groups element by element. Where the groups run along the tensor's last
+        dim and its stride is 1 (a bucket fact), each element's address is its group's
+        first plus a constant, an immediate offset of the store: not a 64-bit address of
+        its own, which cost ptxas 30 registers on a 64 x 64 bf16 tile (94, not 64)."""
+        enc = lay.encoding
+        if not (t.name in L.unit_inner and isinstance(enc, BlockedEncoding)
+                and enc.order[0] == lay.rank - 1):
+            return scalars([r for g in groups for r in g])
+        for g in groups:
+            first = element_ptr(L, t, offsets[g[0]])
+            for i, r in enumerate(g):
+                L.if_then_store(preds[r], lambda r=r, i=i, first=first: b.store(
+                    S.to_memory(b, values[r], dt), b.gep(first, [c32(i)]) if i else first))
+        return []
+
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
         plan = _CorePlan(L, t, lay, core, offsets, preds, zero_dims)
-        _two_paths(L, plan.fast,
-                   lambda: plan.per_class(L, realigned if plan.run else pieces_of,
-                                          lambda cls: 0),
-                   lambda: scalars(plan.registers))
+        rotation = _rotation(L, lay, plan, dt.itemsize)
+        if rotation is not None:
+            _two_paths(L, _in_every_lane(L, plan.fast),
+                       lambda: _rotated_stores(L, t, plan, rotation, offsets, values),
+                       lambda: core_scalars(core))
+        else:
+            _two_paths(L, plan.fast,
+                       lambda: plan.per_class(L, realigned if plan.run else pieces_of,
+                                              lambda cls: 0),
+                       lambda: core_scalars(core))
     for g in tail:
         if len(g) == 1:
             one(g[0])
             continue
         _two_paths(L, _tail_condition(L, t, g, offsets, preds),
                    lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))
+
+
+# --- misaligned rows, several per warp: rotated runs (stores) ---------------------------------
+#
+# A warp whose lanes lie on several rows (a 64 x 64 bf16 tile: 8 lanes per row, 4 rows)
+# has a shift per row, so neither a switch on a warp-uniform shift nor pieces behind a
+# switch (which diverges 4 ways) suit it. The layout library's rotated run
+# (``tilekit.layout.realign``) does without a branch on the shift: each lane takes the
+# previous lane's group along the row (``shfl``, the source lane a run-time choice), cuts
+# the aligned chunk before its own group out of the pair with the loads' funnel, and
+# stores it whole; the run's first lane, whose chunk wraps around the run, stores the
+# partial chunks at the run's two ends as predicated pieces. One 16-byte store per group,
+# as on an aligned row, plus the pieces of one chunk per run.
+
+
+def _rotation(L: KernelLowering, lay: TileLayout, plan: _CorePlan, itemsize: int
+              ) -> RotatedRun | None:
+    """The rotated run of a store's core groups: NVIDIA, rows not provably aligned, and
+    not the one-row warps that the warp-uniform shuffles serve."""
+    if plan.aligned or plan.run is not None or not hasattr(L.vendor, "store_if"):
+        return None
+    return rotated_run(lay, plan.width, itemsize)
+
+
+def _in_every_lane(L: KernelLowering, fast: ir.Value | None) -> ir.Value | None:
+    """``fast`` in every lane of the warp: the shuffles run with the whole warp on one
+    path."""
+    return None if fast is None else L.vendor.vote_all(L.b, fast)
+
+
+def _run_roles(L: KernelLowering, run: RotatedRun) -> tuple[ir.Value, ir.Value]:
+    """(the lane whose group starts this lane's chunk when the shift is not 0: the
+    previous lane of its run, the last one for the run's first lane; whether this lane
+    is its run's first), as ``RotatedRun.source`` and ``full`` say."""
+    def make(pb: ir.IRBuilder) -> tuple[ir.Value, ir.Value]:
+        index = L.term("lane", ThreadTerm(run.lane_div, run.lanes, 1))
+        first = pb.icmp_unsigned("==", index, c32(0))
+        prev = pb.select(first, pb.add(L.lane, c32((run.lanes - 1) * run.lane_div)),
+                         pb.sub(L.lane, c32(run.lane_div)))
+        return prev, first
+
+    return L.in_prologue(("rotated_run", run.lanes, run.lane_div), make)
+
+
+def _piece_value(L: KernelLowering, chunk: ir.Value, piece: Piece, position: ir.Value,
+                 width: int) -> ir.Value:
+    """Elements ``[position, position + piece.size)`` of ``chunk`` (a vector), the run-time
+    ``position`` being one of the piece's few candidates: selects, no indexed access."""
+    b = L.b
+    value = None
+    for p in piece.positions(width):
+        if piece.size == 1:
+            part = b.extract_element(chunk, c32(p))
+        else:
+            part = b.shuffle_vector(chunk, chunk, ir.Constant(ir.VectorType(I32, piece.size),
+                                                              list(range(p, p + piece.size))))
+        value = part if value is None else b.select(
+            b.icmp_unsigned("==", position, c32(p)), part, value)
+    return value
+
+
+def _rotated_stores(L: KernelLowering, t: TensorHandle, plan: _CorePlan, run: RotatedRun,
+                    offsets: Sequence[ir.Value], values: Sequence[ir.Value]) -> list[ir.Value]:
+    """Every core group's chunk, stored whole, and each run's partial chunks, as the layout
+    library's pieces: predicated stores (``store_if``), no branch."""
+    b = L.b
+    dt = t.dtype
+    size = dt.itemsize
+    width = plan.width
+    nbytes = width * size
+    prev_lane, first = _run_roles(L, run)
+
+    def address(offset: ir.Value, extra: ir.Value | int = 0) -> ir.Value:
+        """The byte address of element ``offset`` plus ``extra`` bytes (i64)."""
+        addr = b.add(t.base, b.mul(_to_i64(b, offset), ir.Constant(I64, size)))
+        if isinstance(extra, int):
+            return b.add(addr, ir.Constant(I64, extra)) if extra else addr
+        return b.add(addr, b.zext(extra, I64))
+
+    def store(g: list[int], k: ir.Value) -> list[ir.Value]:
+        mine = pack(L, dt, [values[r] for r in g])
+        aligned = b.icmp_unsigned("==", k, c32(0))
+        prev = _from_next_lane(L, mine, nbytes, b.select(aligned, L.lane, prev_lane))
+        byte = b.and_(b.mul(b.sub(c32(width), k), c32(size)), c32(nbytes - 1))  # funnel_byte
+        chunk = _from_words(L, _funnel(L, _words(L, prev, nbytes) + _words(L, mine, nbytes),
+                                       byte, nbytes // 4), mine.type)
+        start = _minus(L, offsets[g[0]], k)
+        L.vendor.store_if(b, b.or_(b.not_(first), aligned), address(start), chunk, nbytes)
+        for pieces, past in ((run.head, 0), (run.tail, run.span * size)):
+            for piece in pieces:
+                bits = b.add(k, c32(piece.addend)) if piece.addend else k
+                present = b.and_(first, b.icmp_unsigned(
+                    "!=", b.and_(bits, c32(piece.size)), c32(0)))
+                candidates = piece.positions(width)
+                if len(candidates) == 1:  # a constant: an immediate offset
+                    position: ir.Value = c32(candidates[0])
+                    at = address(start, past + candidates[0] * size)
+                else:
+                    position = b.and_(bits, c32(piece.mask))
+                    at = address(start, b.add(b.mul(position, c32(size)), c32(past)))
+                L.vendor.store_if(b, present, at, _piece_value(L, chunk, piece, position, width),
+                                  piece.size * size)
+        return []
+
+    return plan.each_class(store)

@@ -19,7 +19,8 @@ and scalar encodings, repeated in registers until the shape is covered, with
 owners and replicas; equal to ``blocked``/``slice_layout`` on power-of-two
 shapes), assigned to every tile of a kernel by ``propagate.assign_layouts``,
 the pass code generation runs first.
-On top: ``vectorize`` (widest aligned access), ``banks`` and ``swizzle``
+On top: ``vectorize`` (widest aligned access), ``realign`` (rotated runs: aligned
+16-byte stores into rows whose start moves from row to row), ``banks`` and ``swizzle``
 (bank models per target, swizzle synthesis), ``convert`` (costed
 convert_layout plans), ``tma``/``wgmma``/``admissibility`` (hardware fast
 paths as a first-class, costed answer), ``assign`` (a matmul tile's layouts),
