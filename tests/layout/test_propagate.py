@@ -178,3 +178,42 @@ def test_layout_dump_prints_blocked_layouts(capsys):
     assert "#blocked<spt=[" in err and "convert_layout" in err and "#scalar" in err
     compile_module(module, "sm_90a")  # no dump without the knob
     assert capsys.readouterr().err == ""
+
+
+@tk.kernel
+def _norm_rows(X, W, Y, N: tk.constexpr, ROWS: tk.constexpr):
+    r = tk.program_id(0)
+    x = X.tile((ROWS, N), (r, 0)).load()
+    w = W.tile((N,), (0,)).load()
+    Y.tile((ROWS, N), (r, 0)).store(x * w[None, :])
+
+
+def _weights_load_and_converts(rows: int, n: int, warps: int):
+    x = np.zeros((64, n), f32)
+    module = _norm_rows.trace(x, np.zeros(n, f32), x.copy(), N=n, ROWS=rows)
+    laid = assign_layouts(module, LayoutOptions(warps, 32))
+    load = next(op for op in laid.walk() if op.name == "tile_load" and op.result.type.rank == 1)
+    converts = [op for op in laid.walk() if op.name == "convert_layout"]
+    return layout_of(load.result), converts
+
+
+@pytest.mark.parametrize("rows, n, warps", [(2, 4097, 8), (4, 1000, 8), (2, 96, 4), (8, 333, 8)])
+def test_weights_broadcast_over_rows_of_warps_are_loaded_in_the_rows_slice(rows, n, warps):
+    """Several warp-rows replicate the weights: each warp-row loads them in the slice of
+    the rows' layout (the same 16-byte vectors on the same lanes, L1 hits for the
+    replicas), not once in the anchor's layout and then staged through shared memory."""
+    lay, converts = _weights_load_and_converts(rows, n, warps)
+    assert isinstance(lay.encoding, SliceEncoding) and lay.encoding.dim == 0
+    parent = lay.encoding.parent
+    assert isinstance(parent, BlockedEncoding) and parent.warps_per_cta[0] > 1
+    assert all(op.attrs["how"] != "SHARED_STAGING" for op in converts), \
+        [op.attrs["how"] for op in converts]
+
+
+@pytest.mark.parametrize("rows, n, warps", [(1, 4097, 4), (1, 8192, 8), (2, 4097, 1)])
+def test_weights_of_one_warp_row_keep_the_anchor(rows, n, warps):
+    """One warp-row: the anchor already holds the weights where the rows want them (a
+    conversion in registers), so the load keeps it and its code is unchanged."""
+    lay, converts = _weights_load_and_converts(rows, n, warps)
+    assert isinstance(lay.encoding, BlockedEncoding)
+    assert all(op.attrs["how"] != "SHARED_STAGING" for op in converts)
