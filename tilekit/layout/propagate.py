@@ -440,7 +440,7 @@ class _Assigner:
         elif name == "smem_read":
             self.set(op.result, self.read_in_place(op) or self.anchor(op))
         elif name == "tile_load":
-            self.set(op.result, self.replicated_load(op) or self.anchor(op))
+            self.set(op.result, self.anchor(op))
         elif name in ("tile_store", "smem_write"):
             self.require_slot(op, "value", self.anchor(op))
         elif name == "copy_g2s":
@@ -546,38 +546,6 @@ class _Assigner:
             pass
         else:
             raise NotImplementedError(f"layout assignment has no rule for `{name}`")
-
-    def replicated_load(self, op: Operation) -> TileLayout | None:
-        """The layout a tile load's consumers broadcast it in, instead of its anchor, when
-        that is a slice of a blocked layout (the threads that differ only along the sliced
-        dim hold the same elements) that moves the anchor's per-thread vectors on the
-        anchor's lanes: only the warps differ, and the warps that replicate a vector load
-        the same bytes (L1 hits) where the anchor would stage one copy through shared
-        memory behind a barrier. A layer norm's weights broadcast over a (2, 4097) tile on
-        8 warps (two rows of 4 warps): 16 KB of shared memory and 0.40x of copy on the
-        H100 with the anchor."""
-        hint = self.hinted(op.result)
-        anchor = self.anchor(op)
-        if hint is None or hint == anchor or not isinstance(hint.encoding, SliceEncoding):
-            return None
-        parent, a = hint.encoding.parent, anchor.encoding
-        if not isinstance(parent, BlockedEncoding) or not isinstance(a, BlockedEncoding):
-            return None
-        d = hint.encoding.dim
-        if parent.size_per_thread[d] != 1 or parent.threads_per_warp[d] != 1:
-            return None  # lanes or registers along the sliced dim: not replicas by warp
-        kept = [i for i in range(parent.rank) if i != d]
-        order = tuple(kept.index(i) for i in parent.order if i != d)
-        same = (tuple(parent.size_per_thread[i] for i in kept) == a.size_per_thread
-                and tuple(parent.threads_per_warp[i] for i in kept) == a.threads_per_warp
-                and order == a.order)
-        if not same:
-            return None
-        from tilekit.layout.tile_convert import plan_tile_conversion
-
-        # only where the anchor would be staged: a conversion in registers (the anchor's
-        # own distribution under another name, one warp per row) keeps the anchor's load
-        return hint if plan_tile_conversion(anchor, hint).staged else None
 
     def read_in_place(self, op: Operation) -> TileLayout | None:
         """For a read of a stage the schedule laid out for a dot (its ring's layout is a
