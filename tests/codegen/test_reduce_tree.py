@@ -81,13 +81,22 @@ def test_a_threads_part_is_a_tree(kernel, opcode, cols):
     assert chain <= math.ceil(math.log2(per_thread)) + 1, (chain, per_thread)
 
 
-@pytest.mark.parametrize("cols", [1, 7, 64, 4097])
-def test_tree_sum_matches_reference_on_the_interpreter(cols):
-    rng = np.random.default_rng(cols)
-    x = rng.standard_normal((5, cols)).astype(np.float32) * 100
-    y = np.full(5, np.nan, np.float32)
-    with tk.knobs.override(interpret=True):
-        row_sum[5](x, y, N=cols)
-    ref = x.astype(np.float64).sum(axis=1)
-    bound = 4 * np.finfo(np.float32).eps * np.abs(x).astype(np.float64).sum(axis=1)
-    assert np.all(np.abs(y - ref) <= bound + 1e-30)
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 33, 64, 65])
+def test_the_tree_combines_every_item_once_in_order_at_log_depth(n):
+    """``lower_tiles._pairwise`` on symbolic items: an in-order walk of the tree it builds
+    gives the items in their order, each once (so non-commutative steps, e.g. an
+    argreduce's tie-break, see neighbours in order), and the tree is ceil(log2 n) deep."""
+    from tilekit.codegen.lower_tiles import _pairwise
+
+    def combine(a, b):
+        return (("+", a[0], b[0]),)
+
+    def walk(node):
+        return walk(node[1]) + walk(node[2]) if isinstance(node, tuple) else [node]
+
+    def depth(node):
+        return 1 + max(depth(node[1]), depth(node[2])) if isinstance(node, tuple) else 0
+
+    tree = _pairwise(combine, [(i,) for i in range(n)])[0]
+    assert walk(tree) == list(range(n))
+    assert depth(tree) == math.ceil(math.log2(n))

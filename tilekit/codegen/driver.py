@@ -5,11 +5,11 @@
 ``TILEKIT_DUMP=sched`` prints the schedule), ``assign_layouts`` (every tile gets a layout;
 ``TILEKIT_DUMP=layout`` prints the IR with them), ``lower_function`` (per-thread
 LLVM IR; a row kernel also asks for the blocks per SM that keep its rows in flight,
-``row_blocks_per_sm``), libdevice linking when a transcendental needs it (NVPTX; its bitcode is
-parsed on a worker thread meanwhile, ``LibdevicePrefetch``), LLVM's O3 pipeline, and
-the target machine's assembly printer (PTX text) or object emitter (AMDGCN). An LLVM
-verifier failure is a tilekit bug and is reported as a ``LoweringError`` naming the
-kernel, never as a raw LLVM message alone.
+``occupancy.row_blocks_per_sm``), libdevice linking when a transcendental needs it
+(NVPTX; its bitcode is parsed on a worker thread meanwhile, ``LibdevicePrefetch``),
+LLVM's O3 pipeline, and the target machine's assembly printer (PTX text) or object
+emitter (AMDGCN). An LLVM verifier failure is a tilekit bug and is reported as a
+``LoweringError`` naming the kernel, never as a raw LLVM message alone.
 """
 
 from __future__ import annotations
@@ -19,15 +19,18 @@ import threading
 from typing import TYPE_CHECKING
 
 from tilekit.codegen.artifact import CompiledKernel
+from tilekit.codegen.occupancy import (  # noqa: F401  (re-exported: tests, bench probes)
+    CALIBRATED_TARGETS,
+    default_num_warps,
+    row_blocks_per_sm,
+)
 from tilekit.codegen.target import Target, get_target
 from tilekit.errors import LoweringError
-from tilekit.ir.core import Module, Operation
+from tilekit.ir.core import Module
 from tilekit.ir.passes import dump, should_dump, written_args
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
-    from tilekit.ir.types import TileType
+    from collections.abc import Callable
 
 
 @functools.cache
@@ -40,170 +43,6 @@ def _target_machine(target: Target):
         cpu=target.cpu, features=target.features, opt=3,
         reloc="pic" if target.vendor == "amdgpu" else "default")
 
-
-# A row kernel (softmax, norms: every large tile it moves is one row) wants about this
-# many bytes of its largest row per thread: 8 loads of 16 bytes in flight, on 4 warps at
-# least. Measured on the H100 with device-only timing (bench/RESULTS.md, "Warps for row
-# kernels", 2026-11-25): bf16 rows of 4097 on 4 warps against 2, layer norm 0.85 -> 0.88
-# of copy, RMSNorm 0.89 -> 0.93, softmax 0.90 -> 0.96, though layer norm's registers then
-# allow 6 blocks per SM (48 KB of rows) where 2 warps had 8; f32 rows of 8192, 0.98 on 8.
-# (An earlier measurement favoured 2 warps; its timing included the host's launch.)
-_ROW_BYTES_PER_THREAD = 128
-
-# ... and about this many bytes of rows per SM (blocks resident at once x the largest row).
-# Measured on the H100 (bench/memory_bound.py): row kernels at 32-48 KB per SM reached
-# 0.71-0.88 of copy bandwidth, at 64 KB or more 0.92 and above.
-_ROW_BYTES_PER_SM = 64 * 1024
-# 32-bit registers per SM (sm_80 to sm_90), and those a row kernel needs besides its peak
-# of tile registers (``_registers_needed``): addresses, indices, the rows it streams.
-# Calibrated on nvJitLink 13.5 against the smallest register cap without spills, over
-# softmax, layer norm and RMS norm rows of 4096 to 16385 elements.
-_REGISTERS_PER_SM = 64 * 1024
-_RESERVED_REGISTERS = 40
-# The targets that calibration holds for. On sm_80 the same rows need up to 40 registers
-# more (layer norm's bf16 rows of 4097 spill 223 bytes at 128), so they ask for nothing.
-_CALIBRATED_TARGETS = frozenset({"sm_90a"})
-
-
-def _row_bytes(module: Module) -> int:
-    """The bytes of the largest row a row kernel moves (no dot, no pipeline, every tile of
-    4096 elements or more it loads or stores is a single row); 0 for other kernels."""
-    import math
-
-    row_bytes = 0
-    for op in module.walk():
-        if op.name in ("dot", "pipeline"):
-            return 0
-        if op.name in ("tile_load", "tile_store"):
-            shape = op.attrs["shape"]
-            n = math.prod(shape)
-            if n >= 4096:
-                if any(d != 1 for d in shape[:-1]):
-                    return 0
-                row_bytes = max(row_bytes, n * op.operands[0].type.dtype.itemsize)
-    return row_bytes
-
-
-def default_num_warps(module: Module) -> int:
-    """Row kernels (``_row_bytes``): 4 to 8 warps, so that each thread moves about
-    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 16 KB. Other
-    kernels: four warps; eight when their largest tile has 8192 elements or more, unless a
-    dot's M is under 128 rows (a 64 x 128 or 64 x 256 block: one warpgroup of four warps
-    covers its 64 rows on wgmma, and mma.sync runs such tiles on four warps as well)."""
-    import math
-
-    from tilekit.ir.types import TileType
-
-    row_bytes = _row_bytes(module)
-    if row_bytes:
-        warps = row_bytes / (_ROW_BYTES_PER_THREAD * 32)
-        return min(8, max(4, 2 ** round(math.log2(warps))))
-    largest, dot_m = 1, None
-    for op in module.walk():
-        if op.name == "dot":
-            m = op.operand("a").type.shape[0]
-            dot_m = m if dot_m is None else max(dot_m, m)
-        for r in op.results:
-            if isinstance(r.type, TileType):
-                largest = max(largest, r.type.numel)
-    if dot_m is not None and 16 <= dot_m < 128:
-        return 4
-    return 8 if largest >= 8192 else 4
-
-
-def _held_registers(laid: Module) -> int:
-    """The 32-bit registers per thread of the tile values a kernel holds across a step that
-    waits for other warps (a reduction, a scan, a layout conversion through shared memory),
-    at its top level: those cannot be streamed through a few registers as loaded."""
-    from tilekit.ir.types import TileType
-
-    ops = laid.kernel.entry.ops
-    last_use = {id(v): i for i, op in enumerate(ops) for inner in op.walk()
-                for v in inner.operands}
-    held, defined = 0, []
-    for i, op in enumerate(ops):
-        if any(o.name in ("reduce", "argreduce", "scan") or (
-                o.name == "convert_layout" and o.attrs["tile_plan"].staged) for o in op.walk()):
-            held = max(held, sum(_words(v.type) for v in defined if last_use.get(id(v), -1) > i))
-        defined.extend(r for r in op.results
-                       if isinstance(r.type, TileType) and r.type.layout is not None)
-    return held
-
-
-def _words(t: TileType) -> int:
-    """The 32-bit registers per thread of a laid-out tile (16-bit elements two to one)."""
-    return -(-t.layout.num_regs * t.dtype.bits // 32)
-
-
-def _accessed(laid: Module) -> Iterator[Operation]:
-    """The tile views a kernel loads or stores."""
-    return (op for op in laid.walk() if op.name in ("tile_load", "tile_store"))
-
-
-def _tile_type(access: Operation) -> TileType:
-    """What a tile view loads or stores."""
-    return (access.result if access.name == "tile_load" else access.operand("value")).type
-
-
-def _checked_per_register(laid: Module, divisible: frozenset[tuple[str, int, int]]) -> bool:
-    """Whether a tile view lacks the size fact of one of its dims (``lower_memory``): each
-    of its registers is then checked on its own, and its element-wise path (255 registers
-    for the bf16 softmax rows of examples/softmax.py) is not what ``_registers_needed``
-    models."""
-    return any((op.operands[0].name_hint, d, n) not in divisible
-               for op in _accessed(laid) for d, n in enumerate(op.attrs["shape"]) if n > 1)
-
-
-def _ragged_tail(laid: Module) -> bool:
-    """Whether a tile access has a run of registers (along the minor dim) that may pass the
-    tile's extent and holds elements of several threads: a row of 8191 on 128 threads of 8
-    (its last run), not one of 8193 (whose last run holds one element, in thread 0, and
-    replicas, whose wrapped offsets LLVM folds). Such a run takes its own checked path,
-    with an offset per register: up to 150 registers more than ``_registers_needed``."""
-    from tilekit.layout.tile_layouts import BlockedEncoding
-
-    for op in _accessed(laid):
-        lay = _tile_type(op).layout
-        enc = lay.encoding
-        if not isinstance(enc, BlockedEncoding) or not lay.rank:
-            continue
-        minor = enc.order[0]
-        d = lay.dims[minor]
-        steps = [term.mult for term in (d.lane, d.warp) if term.mod > 1]
-        run = min(enc.size_per_thread[minor], lay.shape[minor])
-        for first in range(0, lay.num_regs, run):
-            regs = range(first, min(first + run, lay.num_regs))
-            if any(lay.may_wrap(r, minor) for r in regs) and steps and any(
-                    d.offsets[r] + min(steps) < d.extent for r in regs):
-                return True
-    return False
-
-
-def _registers_needed(laid: Module) -> int:
-    """The registers per thread a row kernel needs, estimated: its peak of tile registers,
-    which is the tiles it holds across a barrier (``_held_registers``) or, while it loads,
-    two 16-byte chunks per vector of its largest access (a misaligned row is realigned
-    from the chunk holding a vector's first element and the next), plus
-    ``_RESERVED_REGISTERS``."""
-    largest = max((_words(_tile_type(op)) for op in _accessed(laid)), default=0)
-    return max(_held_registers(laid), 2 * largest) + _RESERVED_REGISTERS
-
-
-def row_blocks_per_sm(laid: Module, warps: int,
-                      divisible: frozenset[tuple[str, int, int]]) -> int:
-    """The blocks per SM a row kernel asks the assembler to make room for (``.minnctapersm``
-    caps its registers at ``_REGISTERS_PER_SM / (blocks x threads)``): enough for
-    ``_ROW_BYTES_PER_SM`` of its largest row, as long as the registers it needs still fit.
-    Unasked, nvJitLink takes registers to hide latency (layer norm's bf16 rows of 8192: 168
-    where 96 fit, three blocks per SM instead of five). 1 (no request) for other kernels,
-    for ragged tails (``_ragged_tail``) and for accesses without their size facts
-    (``_checked_per_register``)."""
-    row_bytes = _row_bytes(laid)
-    if not row_bytes or _ragged_tail(laid) or _checked_per_register(laid, divisible):
-        return 1
-    wanted = -(-_ROW_BYTES_PER_SM // row_bytes)
-    fits = _REGISTERS_PER_SM // (warps * 32 * _registers_needed(laid))
-    return max(1, min(wanted, fits))
 
 
 def parse_ir(text: str, tgt: Target, kernel: str, loc=None):  # -> llvm.ModuleRef
@@ -435,7 +274,7 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
                 f"{tgt.max_shared_bytes}", fn.loc,
                 hints=["use smaller tiles" + (" or fewer stages" if pipeline_bytes else "")])
         blocks = (row_blocks_per_sm(laid, warps, divisible)
-                  if tgt.name in _CALIBRATED_TARGETS else 1)
+                  if tgt.name in CALIBRATED_TARGETS else 1)
         if blocks > 1:
             lowering.vendor.min_blocks_per_sm(lowering.module, lowering.func, blocks)
         binary, kind, llvm_text = emit_binary(str(lowering.module), tgt, fn.name,
