@@ -4,8 +4,8 @@ bench/memory_bound.py's bf16 layer norm took 233-255 registers (2-4 blocks per S
 of rows in flight) and reached 0.71-0.84 of copy bandwidth: its weight and bias rows were
 loaded behind a "size > 0" branch, and nvJitLink takes registers to hide latency when
 nothing asks for blocks. Offline, through nvJitLink (what the runtime links with): both
-bf16 rows now fit 128 registers without spills. The policy (``occupancy.row_blocks_per_sm``, re-exported by ``driver``)
-is checked in Python.
+bf16 rows now fit 128 registers without spills. The policy
+(``occupancy.row_blocks_per_sm``, re-exported by ``driver``) is checked in Python.
 """
 
 # ruff: noqa: N806  (tensor-like names)
