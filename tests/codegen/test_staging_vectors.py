@@ -1,6 +1,7 @@
 """A layout conversion through shared memory moves each thread's registers in the widest
-runs its staging map allows (``lower_tiles._staging_runs``): the map's swizzle was chosen
-for those vectors, and one access per element puts more wavefronts on the banks."""
+runs its staging map allows (``tile_convert.StagingMap.accesses``, which code generation
+emits as they are): the map's swizzle was chosen for those vectors, and one access per
+element puts more wavefronts on the banks."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 
 from bench.memory_bound import tk_transpose
 from tilekit.codegen.driver import compile_module
-from tilekit.codegen.lower_tiles import _staging_runs
 from tilekit.codegen.size_facts import size_facts_holding
 from tilekit.layout.tile_convert import StagingMap
 from tilekit.rt import link
@@ -38,23 +38,24 @@ def test_consecutive_aligned_registers_move_as_one_access(size, width):
     smap = _map([base + i for base in (0, 520 * width, 64 * width) for i in range(width)],
                 lane_cols=(width, 2 * width, 1024), warp_cols=(4096,))
     count = 3 * width
-    runs = _staging_runs(smap, count, size)
-    assert runs == [(0, width), (width, width), (2 * width, width)]
+    runs = smap.accesses(count, size)
+    assert runs == tuple(tuple(range(k * width, (k + 1) * width)) for k in range(3))
     for addrs in _addresses(smap, count):  # what the runs assume, for every thread
-        for first, n in runs:
-            assert addrs[first] % n == 0
-            assert addrs[first:first + n] == list(range(addrs[first], addrs[first] + n))
+        for run in runs:
+            first = addrs[run[0]]
+            assert first % len(run) == 0
+            assert [addrs[r] for r in run] == list(range(first, first + len(run)))
 
 
 def test_a_lane_column_inside_a_run_splits_it():
     """A lane column of 2 XORs into the run's low bits: runs of 2 at most."""
     smap = _map(range(8), lane_cols=(2, 8, 16))
-    assert _staging_runs(smap, 8, 2) == [(0, 2), (2, 2), (4, 2), (6, 2)]
+    assert smap.accesses(8, 2) == ((0, 1), (2, 3), (4, 5), (6, 7))
 
 
 def test_strided_or_misaligned_registers_stay_elements():
-    assert _staging_runs(_map([0, 64, 128, 192]), 4, 2) == [(0, 1), (1, 1), (2, 1), (3, 1)]
-    assert _staging_runs(_map([1, 2, 3, 4]), 4, 2) == [(0, 1), (1, 1), (2, 1), (3, 1)]
+    assert _map([0, 64, 128, 192]).accesses(4, 2) == ((0,), (1,), (2,), (3,))
+    assert _map([1, 2, 3, 4]).accesses(4, 2) == ((0,), (1,), (2,), (3,))
 
 
 def _transpose_sass(shape, tile):

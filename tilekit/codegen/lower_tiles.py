@@ -133,47 +133,29 @@ def _swizzled_staging(L: KernelLowering, plan, regs: Sequence[ir.Value], dtype: 
     L.need_scratch(plan.shared_elems * size)
 
     def addresses(smap, runs):
-        """Each run's byte offset, computed in units of the run (its XOR works on whole
+        """Each access's byte offset, computed in units of its length (the XOR moves whole
         runs), so that the alignment is explicit in the arithmetic."""
-        n = runs[0][1]
+        n = len(runs[0])
         thread = b.xor(_xor_part(L, L.lane, [c // n for c in smap.lane_cols]),
                        _xor_part(L, L.warp, [c // n for c in smap.warp_cols]))
-        return [b.mul(b.xor(thread, c32(smap.reg[first] // n)), c32(n * size))
-                for first, _ in runs]
+        return [b.mul(b.xor(thread, c32(smap.reg[run[0]] // n)), c32(n * size))
+                for run in runs]
 
     L.barrier()
-    runs = _staging_runs(plan.store, len(regs), size)
-    for (first, n), at in zip(runs, addresses(plan.store, runs)):
-        values = [S.to_memory(b, v, dtype) for v in regs[first:first + n]]
-        b.store(values[0] if n == 1 else _build_vector(b, values),
-                L.smem_ptr(at, _vector_of(mem, n)), align=n * size)
+    runs = plan.store.accesses(len(regs), size)
+    for run, at in zip(runs, addresses(plan.store, runs)):
+        values = [S.to_memory(b, regs[r], dtype) for r in run]
+        b.store(values[0] if len(run) == 1 else _build_vector(b, values),
+                L.smem_ptr(at, _vector_of(mem, len(run))), align=len(run) * size)
     L.barrier()
-    out: list[ir.Value] = []
-    runs = _staging_runs(plan.load, dst_regs, size)
-    for (_, n), at in zip(runs, addresses(plan.load, runs)):
-        got = b.load(L.smem_ptr(at, _vector_of(mem, n)), align=n * size)
-        parts = [got] if n == 1 else [b.extract_element(got, c32(i)) for i in range(n)]
-        out.extend(S.from_memory(b, v, dtype) for v in parts)
+    out: list[ir.Value | None] = [None] * dst_regs
+    runs = plan.load.accesses(dst_regs, size)
+    for run, at in zip(runs, addresses(plan.load, runs)):
+        got = b.load(L.smem_ptr(at, _vector_of(mem, len(run))), align=len(run) * size)
+        for i, r in enumerate(run):
+            out[r] = S.from_memory(b, got if len(run) == 1 else
+                                   b.extract_element(got, c32(i)), dtype)
     return out
-
-
-def _staging_runs(smap, count: int, size: int) -> list[tuple[int, int]]:
-    """``(first register, count)`` of the accesses that move a staging map's registers: the
-    widest runs (up to 16 bytes) of consecutive registers at consecutive, naturally aligned
-    offsets for every thread (the run's offsets ``reg[r] + i`` with ``reg[r]`` a multiple of
-    the run, and every lane and warp column a multiple of it, so the XOR keeps the run
-    whole). The map's swizzle was chosen for such vectors; one access per element (what
-    LLVM left of them: a 256 x 32 bf16 transpose's 4 16-byte reads became 24 2-byte reads
-    and 2 8-byte ones) puts more wavefronts on the banks than it counted."""
-    n = max(1, 16 // size)
-    while n > 1:
-        cols = (*smap.lane_cols, *smap.warp_cols)
-        if count % n == 0 and all(c % n == 0 for c in cols) and all(
-                smap.reg[r] % n == 0 and all(smap.reg[r + i] == smap.reg[r] + i for i in range(n))
-                for r in range(0, count, n)):
-            return [(r, n) for r in range(0, count, n)]
-        n //= 2
-    return [(r, 1) for r in range(count)]
 
 
 def _vector_of(elem: ir.Type, n: int) -> ir.Type:

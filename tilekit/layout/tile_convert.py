@@ -80,6 +80,26 @@ class StagingMap:
                 out ^= col
         return out
 
+    def accesses(self, count: int, elem_bytes: int) -> tuple[tuple[int, ...], ...]:
+        """How each thread moves its ``count`` registers: one access per tuple of
+        consecutive registers at consecutive offsets that start on a multiple of the
+        tuple's length, for every thread (the XOR keeps such a run whole when every lane
+        and warp column is a multiple of its length). The widest length, up to 16 bytes:
+        the swizzle was chosen for vectors, and one access per element (what LLVM left of
+        them, unable to see through the XOR: a 256 x 32 bf16 transpose's four 16-byte reads
+        became 24 2-byte and 2 8-byte ones) puts more wavefronts on the banks than the plan
+        counted."""
+        n = max(1, 16 // elem_bytes)
+        cols = (*self.lane_cols, *self.warp_cols)
+        while n > 1:
+            if count % n == 0 and all(c % n == 0 for c in cols) and all(
+                    self.reg[r] % n == 0
+                    and all(self.reg[r + i] == self.reg[r] + i for i in range(n))
+                    for r in range(0, count, n)):
+                return tuple(tuple(range(r, r + n)) for r in range(0, count, n))
+            n //= 2
+        return tuple((r,) for r in range(count))
+
 
 @dataclass(frozen=True)
 class TileConversion:

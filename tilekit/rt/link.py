@@ -47,7 +47,8 @@ def prefetch() -> None:
     finds it loaded. Called when a kernel is about to be compiled: the load is ~30 ms of
     imports (``cuda.pathfinder``) and the 50 MB library's ``dlopen``, 90 ms on a slow host;
     most of it runs while the compiling thread is inside LLVM, which releases the GIL.
-    A failure is kept by ``_nvjitlink``'s cache and reported by ``available`` as before."""
+    A failed load is not cached (``functools.cache`` keeps no exceptions): ``available``
+    tries again and answers False, as it did without the worker; no second worker starts."""
     global _prefetch
     with _prefetch_lock:
         if _prefetch is not None or _nvjitlink.cache_info().currsize:
