@@ -37,12 +37,17 @@ def _to_i64(b: ir.IRBuilder, v: ir.Value, signed: bool = True) -> ir.Value:
     return b.sext(v, I64) if signed else b.zext(v, I64)
 
 
+def element_address(L: KernelLowering, t: TensorHandle, offset: ir.Value,
+                    signed: bool = True) -> ir.Value:
+    """The byte address (i64) of element ``offset`` of ``t``."""
+    b = L.b
+    return b.add(t.base, b.mul(_to_i64(b, offset, signed), ir.Constant(I64, t.dtype.itemsize)))
+
+
 def element_ptr(L: KernelLowering, t: TensorHandle, offset: ir.Value,
                 signed: bool = True) -> ir.Value:
-    b = L.b
-    addr = b.add(t.base, b.mul(_to_i64(b, offset, signed), ir.Constant(I64, t.dtype.itemsize)))
-    return b.inttoptr(addr, ir.PointerType(S.memory_type(t.dtype),
-                                           L.vendor.global_addrspace))
+    return L.b.inttoptr(element_address(L, t, offset, signed),
+                        ir.PointerType(S.memory_type(t.dtype), L.vendor.global_addrspace))
 
 
 def vector_ptr(L: KernelLowering, t: TensorHandle, offset: ir.Value, count: int,

@@ -40,6 +40,7 @@ from tilekit.codegen.lower_memory import (
     _fast_condition,
     _to_i64,
     _two_paths,
+    element_address,
     element_ptr,
     pack,
     unpack,
@@ -543,7 +544,7 @@ def _rotated_stores(L: KernelLowering, t: TensorHandle, plan: _CorePlan, run: Ro
 
     def address(offset: ir.Value, extra: ir.Value | int = 0) -> ir.Value:
         """The byte address of element ``offset`` plus ``extra`` bytes (i64)."""
-        addr = b.add(t.base, b.mul(_to_i64(b, offset), ir.Constant(I64, size)))
+        addr = element_address(L, t, offset)
         if isinstance(extra, int):
             return b.add(addr, ir.Constant(I64, extra)) if extra else addr
         return b.add(addr, b.zext(extra, I64))
