@@ -291,14 +291,14 @@ def compile_for_host(module, divisible=frozenset(), target: str = "sm_90a",
                      num_warps: int | None = None) -> Compiled:
     """``compile_module``'s steps up to LLVM's O3 pipeline (no libdevice), then the host
     emulator of the result."""
-    from tilekit.codegen import driver
+    from tilekit.codegen import driver, occupancy
     from tilekit.codegen.lower import lower_function
     from tilekit.codegen.target import get_target
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
 
     tgt = get_target(target)
     fn = module.kernel
-    warps = num_warps or driver.default_num_warps(module)
+    warps = num_warps or occupancy.default_num_warps(module)
     laid = assign_layouts(module, LayoutOptions(warps, tgt.warp_size, tgt.bank_target))
     facts = [frozenset(getattr(fn, f, frozenset()))
              for f in ("aligned16", "unit_inner", "strides16")]

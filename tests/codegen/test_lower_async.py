@@ -187,7 +187,8 @@ def test_smem_reads_are_128_bit_in_the_tiles_layout():
 def _laid_out(module: Module, arch: str = "sm_90a") -> Module:
     """The module as code generation sees it: scheduled, then laid out (compile_module's
     warps)."""
-    from tilekit.codegen.driver import _role_warps, default_num_warps
+    from tilekit.codegen.driver import _role_warps
+    from tilekit.codegen.occupancy import default_num_warps
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
     from tilekit.sched import schedule_pipelines
 

@@ -54,12 +54,12 @@ def _facts(module, arrays):
 
 
 def _store_layout(module):
-    from tilekit.codegen import driver
+    from tilekit.codegen import occupancy
     from tilekit.codegen.target import get_target
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
 
     tgt = get_target("sm_90a")
-    laid = assign_layouts(module, LayoutOptions(driver.default_num_warps(module),
+    laid = assign_layouts(module, LayoutOptions(occupancy.default_num_warps(module),
                                                 tgt.warp_size, tgt.bank_target))
     (store,) = [op for op in laid.walk() if op.name == "tile_store"]
     return store.operand("value").type.layout

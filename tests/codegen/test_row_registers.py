@@ -5,7 +5,7 @@ of rows in flight) and reached 0.71-0.84 of copy bandwidth: its weight and bias 
 loaded behind a "size > 0" branch, and nvJitLink takes registers to hide latency when
 nothing asks for blocks. Offline, through nvJitLink (what the runtime links with): both
 bf16 rows now fit 128 registers without spills. The policy
-(``occupancy.row_blocks_per_sm``, re-exported by ``driver``) is checked in Python.
+(``occupancy.row_blocks_per_sm``) is checked in Python.
 """
 
 # ruff: noqa: N806  (tensor-like names)
@@ -24,7 +24,7 @@ import pytest
 from bench import memory_bound
 from tests.codegen.sass_checks import needs_cuobjdump, opcodes
 from tilekit import knobs
-from tilekit.codegen import compile_module, driver, sass
+from tilekit.codegen import compile_module, occupancy, sass
 from tilekit.codegen.size_facts import candidate_size_facts, size_facts_holding
 from tilekit.layout.propagate import LayoutOptions, assign_layouts
 from tilekit.rt import link
@@ -76,8 +76,8 @@ def test_bf16_layer_norm_keeps_its_rows_per_sm_without_spills(rows, cols, kb):
 
 def _blocks(module, facts, warps: int | None = None) -> int:
     """``row_blocks_per_sm`` of a traced kernel on its default warps."""
-    warps = warps or driver.default_num_warps(module)
-    return driver.row_blocks_per_sm(assign_layouts(module, LayoutOptions(warps, 32, "sm_90")),
+    warps = warps or occupancy.default_num_warps(module)
+    return occupancy.row_blocks_per_sm(assign_layouts(module, LayoutOptions(warps, 32, "sm_90")),
                                     warps, facts)
 
 
@@ -86,7 +86,7 @@ def test_bf16_rows_ask_for_their_rows_per_sm(cols, warps, blocks):
     """64 KB of rows per SM where the registers allow it (rows of 4097 on 4 warps: 6
     blocks); 4 warps at least, 8 at most."""
     module, facts = _layer_norm(64, cols)
-    assert driver.default_num_warps(module) == warps
+    assert occupancy.default_num_warps(module) == warps
     assert _blocks(module, facts) == blocks
     ptx = compile_module(module, "sm_90a", divisible=facts).binary.decode()
     assert f".minnctapersm {blocks}" in ptx

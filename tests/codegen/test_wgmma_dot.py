@@ -25,7 +25,8 @@ from tests.codegen.matmuls import fresh_operands
 from tests.codegen.sass_checks import needs_cuobjdump, opcodes, resources
 from tests.sched.builders import run
 from tilekit import knobs
-from tilekit.codegen.driver import compile_module, default_num_warps
+from tilekit.codegen.driver import compile_module
+from tilekit.codegen.occupancy import default_num_warps
 from tilekit.ir.dtypes import DType
 from tilekit.layout.shared import Major
 from tilekit.layout.wgmma import WgmmaSwizzle, decode_descriptor

@@ -19,11 +19,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from tilekit.codegen.artifact import CompiledKernel
-from tilekit.codegen.occupancy import (  # noqa: F401  (re-exported: tests, bench probes)
-    CALIBRATED_TARGETS,
-    default_num_warps,
-    row_blocks_per_sm,
-)
+from tilekit.codegen.occupancy import CALIBRATED_TARGETS, default_num_warps, row_blocks_per_sm
 from tilekit.codegen.target import Target, get_target
 from tilekit.errors import LoweringError
 from tilekit.ir.core import Module
