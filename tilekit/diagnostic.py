@@ -3,19 +3,24 @@ rendered with the line and a caret (``tilekit.errors`` describes the format).
 
 Imported by the first error (``TilekitError``) or checker that makes one, not with
 ``tilekit.errors``: a process that launches prebuilt kernels and raises nothing never
-needs it (a namedtuple costs ~0.1 ms to create).
+needs it.
 """
 
 from __future__ import annotations
 
-from collections import namedtuple
+from typing import TYPE_CHECKING
+
+from tilekit.record import Record
+
+if TYPE_CHECKING:
+    from tilekit.errors import SourceLoc
 
 
-class Diagnostic(namedtuple("Diagnostic", "message loc hints", defaults=(None, ()))):
-    __slots__ = ()  # the fields, with their types:
-    # message: str
-    # loc: SourceLoc | None = None
-    # hints: tuple[str, ...] = ()
+class Diagnostic(Record):
+    __slots__ = ()
+    message: str
+    loc: SourceLoc | None = None
+    hints: tuple[str, ...] = ()
 
     def render(self, kind: str = "error") -> str:
         head = f"{self.loc}: {kind}: {self.message}" if self.loc else f"{kind}: {self.message}"

@@ -19,10 +19,11 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-from collections import namedtuple
 from collections.abc import Sequence
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING
+
+from tilekit.record import Record
 
 if TYPE_CHECKING:
     from tilekit.diagnostic import Diagnostic
@@ -30,22 +31,14 @@ if TYPE_CHECKING:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class SourceLoc(namedtuple(
-        "SourceLoc", "file line col end_col end_line",
-        defaults=(None, None, None))):
-    """A position in a user's source file (1-based line, 0-based columns). (A NamedTuple,
-    not a dataclass: ``import tilekit`` makes no class it can do without that costs
-    ~0.5 ms to create.)"""
-    __slots__ = ()  # the fields, with their types:
-    # file: str
-    # line: int
-    # col: int | None = None
-    # end_col: int | None = None
-    # end_line: int | None = None
+class SourceLoc(Record):
+    """A position in a user's source file (1-based line, 0-based columns)."""
+    __slots__ = ()
+    file: str
+    line: int
+    col: int | None = None
+    end_col: int | None = None
+    end_line: int | None = None
 
     def __str__(self) -> str:
         col = f":{self.col + 1}" if self.col is not None else ""

@@ -38,13 +38,14 @@ import os
 import sys
 import zipfile
 import zlib
-from collections import namedtuple
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tilekit.errors import PortfolioError
+from tilekit.record import Record
 
 if TYPE_CHECKING:
+    from tilekit.codegen.artifact import CompiledKernel
     from tilekit.ir.core import Module
 
 FORMAT = 2  # 2: per variant the kernel's source fingerprint (format 1 is read too)
@@ -57,11 +58,7 @@ _REBUILD = "rebuild it with `tilekit aot` (docs/aot.md)"
 
 # --- the key ---------------------------------------------------------------------------------
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class VariantKey(namedtuple("VariantKey", "kernel ir_hash spec size_facts arch")):
+class VariantKey(Record):
     """What identifies a prebuilt kernel: kernel name, IR hash, bucket, arch.
 
     The IR hash (``ir_hash``) is the sha256 of the traced, optimized IR printed *without*
@@ -70,12 +67,12 @@ class VariantKey(namedtuple("VariantKey", "kernel ir_hash spec size_facts arch")
     bucket is the runtime's own canonical text of the specialization and of the call's
     size facts (``gpu.spec_text``, ``gpu.size_facts_text``). Cheap to compute (well under
     a millisecond for the examples) and imports no compiler."""
-    __slots__ = ()  # the fields, with their types:
-    # kernel: str  # the kernel's name
-    # ir_hash: str  # ir_hash() of its traced module
-    # spec: str  # gpu.spec_text of the specialization
-    # size_facts: str  # gpu.size_facts_text of the call's size facts
-    # arch: str  # "sm_90a", "sm_80", "gfx942"
+    __slots__ = ()
+    kernel: str  # the kernel's name
+    ir_hash: str  # ir_hash() of its traced module
+    spec: str  # gpu.spec_text of the specialization
+    size_facts: str  # gpu.size_facts_text of the call's size facts
+    arch: str  # "sm_90a", "sm_80", "gfx942"
 
     @property
     def id(self) -> str:
@@ -109,19 +106,17 @@ def key_of(module: Module, spec_text: str, size_facts_text: str, arch: str) -> V
 # --- the file --------------------------------------------------------------------------------
 
 
-class Variant(namedtuple(
-        "Variant", "key module candidates call toolchain compiled image source",
-        defaults=(b"", ""))):
+class Variant(Record):
     """One prebuilt kernel: its key, what declared it, what built it, and the binaries."""
-    __slots__ = ()  # the fields, with their types:
-    # key: VariantKey
-    # module: str  # the kernel's module as the build was given it
-    # candidates: str  # the traced kernel's candidate size facts (gpu.size_facts_text)
-    # call: Mapping[str, Any]  # the abstract call that declared the bucket
-    # toolchain: Mapping[str, str]
-    # compiled: CompiledKernel  # binary: the PTX or code object
-    # image: bytes = b""  # the linked cubin (NVIDIA; empty without nvJitLink)
-    # source: str = ""  # the kernel's fingerprint (fingerprint.source_hash); "" when none
+    __slots__ = ()
+    key: VariantKey
+    module: str  # the kernel's module as the build was given it
+    candidates: str  # the traced kernel's candidate size facts (gpu.size_facts_text)
+    call: Mapping[str, Any]  # the abstract call that declared the bucket
+    toolchain: Mapping[str, str]
+    compiled: CompiledKernel  # binary: the PTX or code object
+    image: bytes = b""  # the linked cubin (NVIDIA; empty without nvJitLink)
+    source: str = ""  # the kernel's fingerprint (fingerprint.source_hash); "" when none
 
     def members(self) -> dict[str, bytes]:
         """Archive member name -> bytes."""
@@ -145,14 +140,13 @@ def _is_sha256(text: str) -> bool:
     return len(text) == 64 and not text.strip("0123456789abcdef")
 
 
-class Portfolio(namedtuple("Portfolio", "path format tilekit_version variants binaries",
-                           defaults=((), None))):
-    __slots__ = ()  # the fields, with their types:
-    # path: str
-    # format: int
-    # tilekit_version: str
-    # variants: tuple[Variant, ...] = ()  # without their binaries when read lazily
-    # binaries: Binaries | None = None  # the file's binaries, verified when asked for
+class Portfolio(Record):
+    __slots__ = ()
+    path: str
+    format: int
+    tilekit_version: str
+    variants: tuple[Variant, ...] = ()  # without their binaries when read lazily
+    binaries: Binaries | None = None  # the file's binaries, verified when asked for
 
     @property
     def kernels(self) -> list[str]:

@@ -25,7 +25,8 @@ Kernel ABI (in order, one slot each):
 from __future__ import annotations
 
 import enum
-from collections import namedtuple
+
+from tilekit.record import Record
 
 
 class SlotKind(enum.Enum):
@@ -37,37 +38,28 @@ class SlotKind(enum.Enum):
     TENSOR_MAP = "tensor_map"  # a CUtensorMap for ``arg`` with ``box`` (128 bytes, by value)
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class ParamSlot(namedtuple(
-        "ParamSlot", "kind arg dtype axis box swizzle",
-        defaults=(-1, (), "NONE"))):
+class ParamSlot(Record):
     """One kernel parameter: what it holds and its C type (``dtype`` is a DType long
     name: ``int32``, ``int64``, ``uint64``, ``float16``...; pointers are ``uint64``)."""
-    __slots__ = ()  # the fields, with their types:
-    # kind: SlotKind
-    # arg: str  # the IR function argument it comes from ("" for STATUS)
-    # dtype: str
-    # axis: int = -1
-    # box: tuple[int, ...] = ()  # TENSOR_MAP: the box, outermost first
-    # swizzle: str = "NONE"  # TENSOR_MAP: a tilekit.layout.tma.Swizzle name
+    __slots__ = ()
+    kind: SlotKind
+    arg: str  # the IR function argument it comes from ("" for STATUS)
+    dtype: str
+    axis: int = -1
+    box: tuple[int, ...] = ()  # TENSOR_MAP: the box, outermost first
+    swizzle: str = "NONE"  # TENSOR_MAP: a tilekit.layout.tma.Swizzle name
 
 
-class AssertSite(namedtuple("AssertSite", "message file line col", defaults=(None,))):
+class AssertSite(Record):
     """A ``tk.device_assert``: its message and the user's line, for the runtime's error."""
-    __slots__ = ()  # the fields, with their types:
-    # message: str
-    # file: str
-    # line: int
-    # col: int | None = None
+    __slots__ = ()
+    message: str
+    file: str
+    line: int
+    col: int | None = None
 
 
-class CompiledKernel(namedtuple(
-        "CompiledKernel", "name target binary_kind binary num_warps warp_size shared_bytes params "
-        "asserts written_args prints llvm_ir repacked",
-        defaults=((), (), False, "", ()))):
+class CompiledKernel(Record):
     """One kernel compiled for one target (a specialization of one kernel).
 
     ``binary`` is the PTX text for NVIDIA targets (``binary_kind == "ptx"``) or a code
@@ -75,25 +67,25 @@ class CompiledKernel(namedtuple(
     and caches that. ``shared_bytes`` is the dynamic shared memory the launch must
     request; ``num_warps`` fixes the block size (``num_warps * warp_size`` threads).
 
-    A NamedTuple (as the runtime's other records on the launch path: a dataclass costs
-    ~0.5 ms to create at import). ``llvm_ir`` is only for ``TILEKIT_DUMP=llvm`` right after
+    A ``Record`` (as the runtime's other records on the launch path: ``tilekit.record``
+    says why). ``llvm_ir`` is only for ``TILEKIT_DUMP=llvm`` right after
     compiling; ``gpu.compile_cached`` drops it before caching, so a compiled kernel and
     the same kernel read back from the cache are equal.
     """
-    __slots__ = ()  # the fields, with their types:
-    # name: str
-    # target: str  # "sm_90a", "sm_80", "gfx942"
-    # binary_kind: str
-    # binary: bytes
-    # num_warps: int
-    # warp_size: int
-    # shared_bytes: int
-    # params: tuple[ParamSlot, ...]
-    # asserts: tuple[AssertSite, ...] = ()
-    # written_args: tuple[str, ...] = ()  # tensor arguments the kernel may write
-    # prints: bool = False  # tk.device_print: the runtime synchronizes to flush the output
-    # llvm_ir: str = ""  # for TILEKIT_DUMP=llvm; dropped before caching
-    # repacked: tuple[str, ...] = ()  # tensor arguments the runtime copies before the
+    __slots__ = ()
+    name: str
+    target: str  # "sm_90a", "sm_80", "gfx942"
+    binary_kind: str
+    binary: bytes
+    num_warps: int
+    warp_size: int
+    shared_bytes: int
+    params: tuple[ParamSlot, ...]
+    asserts: tuple[AssertSite, ...] = ()
+    written_args: tuple[str, ...] = ()  # tensor arguments the kernel may write
+    prints: bool = False  # tk.device_print: the runtime synchronizes to flush the output
+    llvm_ir: str = ""  # for TILEKIT_DUMP=llvm; dropped before caching
+    repacked: tuple[str, ...] = ()  # tensor arguments the runtime copies before the
     #   launch into a buffer with rows padded to 16 bytes (tilekit.rt.repack); the kernel
     #   was compiled for that copy (16-byte aligned base and row strides)
 

@@ -22,12 +22,12 @@ import ast
 import enum
 import inspect
 import textwrap
-from collections import namedtuple
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tilekit.errors import LaunchError, SourceLoc, TraceError, user_loc
 from tilekit.ir.dtypes import DType
+from tilekit.record import Record
 
 if TYPE_CHECKING:
     from tilekit.ir.core import Module
@@ -57,33 +57,27 @@ class ParamKind(enum.Enum):
     ANY = "any"  # decided by the value passed
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class Param(namedtuple("Param", "name kind dtype default")):
-    __slots__ = ()  # the fields, with their types:
-    # name: str
-    # kind: ParamKind
-    # dtype: DType | None  # for scalars annotated with a tilekit dtype
-    # default: Any
+class Param(Record):
+    __slots__ = ()
+    name: str
+    kind: ParamKind
+    dtype: DType | None  # for scalars annotated with a tilekit dtype
+    default: Any
 
 
-class TensorSpec(namedtuple(
-        "TensorSpec", "dtype rank index aligned16 unit_inner strides16",
-        defaults=(True, False, False))):
+class TensorSpec(Record):
     """A tensor argument's facts (its bucket): dtype, rank, index width (int32 when its
     span allows), whether its data pointer is 16-byte aligned, whether its last dim has
     unit stride (``unit_inner``), and whether every other stride is a multiple of 16
     bytes (``strides16``; both computed by ``stride_facts``). Code generation may assume
     exactly these facts: contiguous, aligned 16-byte vectors along the last dim."""
-    __slots__ = ()  # the fields, with their types:
-    # dtype: DType
-    # rank: int
-    # index: DType
-    # aligned16: bool = True
-    # unit_inner: bool = False
-    # strides16: bool = False
+    __slots__ = ()
+    dtype: DType
+    rank: int
+    index: DType
+    aligned16: bool = True
+    unit_inner: bool = False
+    strides16: bool = False
 
 
 def stride_facts(shape: tuple[int, ...], strides: tuple[int, ...],
@@ -97,27 +91,27 @@ def stride_facts(shape: tuple[int, ...], strides: tuple[int, ...],
     return unit, aligned
 
 
-class ScalarSpec(namedtuple("ScalarSpec", "dtype")):
-    __slots__ = ()  # the fields, with their types:
-    # dtype: DType
+class ScalarSpec(Record):
+    __slots__ = ()
+    dtype: DType
 
 
-class ConstSpec(namedtuple("ConstSpec", "value")):
-    __slots__ = ()  # the fields, with their types:
-    # value: Any
+class ConstSpec(Record):
+    __slots__ = ()
+    value: Any
 
 
 ArgSpec = TensorSpec | ScalarSpec | ConstSpec
 
 
-class Specialization(namedtuple("Specialization", "args")):
+class Specialization(Record):
     """What one compiled version of a kernel may assume about its arguments.
 
     The specs are tuples, so equality is tuple equality: ``ScalarSpec(d) == ConstSpec(d)``.
     That never matters: a parameter is a constexpr (always a ``ConstSpec``) or not (never
     one), and specializations are only compared within one kernel."""
-    __slots__ = ()  # the fields, with their types:
-    # args: tuple[tuple[str, ArgSpec], ...]
+    __slots__ = ()
+    args: tuple[tuple[str, ArgSpec], ...]
 
     @property
     def constexprs(self) -> dict[str, Any]:

@@ -9,7 +9,6 @@ a GPU machine for debugging.
 
 from __future__ import annotations
 
-from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
 
@@ -17,23 +16,18 @@ import numpy as np
 
 from tilekit.errors import LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
+from tilekit.record import Record
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class HostArray(namedtuple(
-        "HostArray", "array dtype shape strides device writeback",
-        defaults=(None,))):
+class HostArray(Record):
     """A host view of a user's array, and how to copy results back to it."""
-    __slots__ = ()  # the fields, with their types:
-    # array: np.ndarray
-    # dtype: DType
-    # shape: tuple[int, ...]
-    # strides: tuple[int, ...]  # in elements
-    # device: str
-    # writeback: Callable[[], None] | None = None
+    __slots__ = ()
+    array: np.ndarray
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    device: str
+    writeback: Callable[[], None] | None = None
 
     @property
     def span(self) -> int:

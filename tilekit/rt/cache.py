@@ -31,13 +31,13 @@ import hashlib
 import json
 import os
 import struct
-from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tilekit import knobs
 from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
+from tilekit.record import Record
 
 if TYPE_CHECKING:  # the key is imported by the first disk lookup, not by every launch
     from tilekit.rt.cache_key import CacheKey
@@ -123,14 +123,10 @@ def write_atomically(directory: Path, name: str, data: bytes, suffix: str = SUFF
 # --- entries -------------------------------------------------------------------------------
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class Entry(namedtuple("Entry", "kernel image")):
-    __slots__ = ()  # the fields, with their types:
-    # kernel: CompiledKernel
-    # image: bytes  # the cubin (empty when the PTX is loaded through the driver's JIT)
+class Entry(Record):
+    __slots__ = ()
+    kernel: CompiledKernel
+    image: bytes  # the cubin (empty when the PTX is loaded through the driver's JIT)
 
 
 def kernel_to_json(k: CompiledKernel) -> dict[str, Any]:

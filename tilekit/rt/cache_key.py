@@ -23,21 +23,17 @@ import json
 import os
 import pathlib
 import sys
-from collections import namedtuple
 from collections.abc import Iterator
 
+from tilekit.record import Record
 from tilekit.rt import cache
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class CacheKey(namedtuple("CacheKey", "name text digest")):
-    __slots__ = ()  # the fields, with their types:
-    # name: str  # the kernel's name (for file names and `tilekit cache list`)
-    # text: str  # canonical JSON of every input
-    # digest: str  # its sha256
+class CacheKey(Record):
+    __slots__ = ()
+    name: str  # the kernel's name (for file names and `tilekit cache list`)
+    text: str  # canonical JSON of every input
+    digest: str  # its sha256
 
     @staticmethod
     def of(name: str, ir_text: str, spec_text: str, arch: str,

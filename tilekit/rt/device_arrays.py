@@ -18,7 +18,6 @@ import ctypes
 import enum
 import functools
 import importlib.util
-from collections import namedtuple
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 from tilekit import knobs
 from tilekit.errors import LaunchError, SourceLoc
 from tilekit.ir.dtypes import DType
+from tilekit.record import Record
 
 if TYPE_CHECKING:  # host arrays (tilekit.rt.arrays): imported when one is staged
     from tilekit.rt.arrays import HostArray
@@ -47,26 +47,18 @@ def index_dtype_for(shape: tuple[int, ...], strides: tuple[int, ...]) -> DType:
     return DType.INT32 if fits else DType.INT64
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class DeviceArray(namedtuple(
-        "DeviceArray", "name ptr dtype shape strides device kind readonly keepalive",
-        defaults=(False, None))):
-    """A view of device memory owned by the caller's object. (The runtime's records are
-    NamedTuples or plain classes, not dataclasses: they are created at import, where a
-    dataclass costs about 0.5 ms.)"""
-    __slots__ = ()  # the fields, with their types:
-    # name: str
-    # ptr: int  # the address of element (0, ..., 0)
-    # dtype: DType
-    # shape: tuple[int, ...]
-    # strides: tuple[int, ...]  # in elements
-    # device: int
-    # kind: str  # "torch", "cupy", "cuda_array_interface", "dlpack"
-    # readonly: bool = False
-    # keepalive: Any = None  # what must outlive the launch (a DLPack capsule)
+class DeviceArray(Record):
+    """A view of device memory owned by the caller's object."""
+    __slots__ = ()
+    name: str
+    ptr: int  # the address of element (0, ..., 0)
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    device: int
+    kind: str  # "torch", "cupy", "cuda_array_interface", "dlpack"
+    readonly: bool = False
+    keepalive: Any = None  # what must outlive the launch (a DLPack capsule)
 
     @property
     def index_dtype(self) -> DType:
@@ -365,10 +357,10 @@ class BackendKind(enum.Enum):
     INTERPRETER = "interpreter"
 
 
-class Backend(namedtuple("Backend", "kind reason")):
-    __slots__ = ()  # the fields, with their types:
-    # kind: BackendKind
-    # reason: str
+class Backend(Record):
+    __slots__ = ()
+    kind: BackendKind
+    reason: str
 
 
 def codegen_available() -> bool:

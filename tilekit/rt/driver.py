@@ -29,11 +29,11 @@ import ctypes
 import functools
 import sys
 import threading
-from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tilekit.errors import ExecutionError, LaunchError, SourceLoc
+from tilekit.record import Record
 
 # Hints for the driver errors a user can meet, by the driver's error name.
 _HINTS: dict[str, str] = {
@@ -335,18 +335,12 @@ def _call(name: str, *args: Any, loc: SourceLoc | None = None, what: str | None 
 # --- is there a GPU? ----------------------------------------------------------------------
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class GpuStatus(namedtuple(
-        "GpuStatus", "available reason device_count driver_version",
-        defaults=(0, None))):
-    __slots__ = ()  # the fields, with their types:
-    # available: bool
-    # reason: str  # why not (or "" when available)
-    # device_count: int = 0
-    # driver_version: int | None = None  # e.g. 13000 for CUDA 13.0
+class GpuStatus(Record):
+    __slots__ = ()
+    available: bool
+    reason: str  # why not (or "" when available)
+    device_count: int = 0
+    driver_version: int | None = None  # e.g. 13000 for CUDA 13.0
 
 
 _status: GpuStatus | None = None
@@ -392,19 +386,17 @@ def driver_version() -> str | None:
 # --- devices ------------------------------------------------------------------------------
 
 
-class DeviceProps(namedtuple(
-        "DeviceProps", "ordinal name capability sm_count max_shared_optin max_grid "
-        "max_threads_per_block total_memory")):
+class DeviceProps(Record):
     """What launch checks and code generation need to know about one device."""
-    __slots__ = ()  # the fields, with their types:
-    # ordinal: int
-    # name: str
-    # capability: tuple[int, int]
-    # sm_count: int
-    # max_shared_optin: int  # bytes of dynamic shared memory per block, with opt-in
-    # max_grid: tuple[int, int, int]
-    # max_threads_per_block: int
-    # total_memory: int
+    __slots__ = ()
+    ordinal: int
+    name: str
+    capability: tuple[int, int]
+    sm_count: int
+    max_shared_optin: int  # bytes of dynamic shared memory per block, with opt-in
+    max_grid: tuple[int, int, int]
+    max_threads_per_block: int
+    total_memory: int
 
     @property
     def arch(self) -> str:
@@ -502,13 +494,13 @@ def pointer_device(ptr: int) -> int:
 # --- modules and functions ----------------------------------------------------------------
 
 
-class LoadedFunction(namedtuple("LoadedFunction", "module function handle device")):
+class LoadedFunction(Record):
     """A kernel loaded into one device's primary context."""
-    __slots__ = ()  # the fields, with their types:
-    # module: Any  # CUmodule, as an int
-    # function: Any  # CUfunction, as an int
-    # handle: int  # the CUfunction, for the ctypes launch
-    # device: int
+    __slots__ = ()
+    module: Any  # CUmodule, as an int
+    function: Any  # CUfunction, as an int
+    handle: int  # the CUfunction, for the ctypes launch
+    device: int
 
 
 def load_function(image: bytes, name: str, device: int, shared_bytes: int,

@@ -77,7 +77,6 @@ import inspect
 import keyword
 import math
 import struct
-from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -89,6 +88,7 @@ from tilekit.codegen.artifact import ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
+from tilekit.record import Record
 from tilekit.rt.driver import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
 
 if TYPE_CHECKING:  # tensor_maps: imported when an entry has maps (TMA), not by every launch
@@ -261,27 +261,23 @@ TENSOR, INT, SCALAR, CONST = "tensor", "int", "scalar", "const"
 _BUILTINS = frozenset({"type", "len", "int", "tuple", "Exception", "None"})
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class ArgPlan(namedtuple("ArgPlan", "name kind type rank bf16", defaults=(0, False))):
+class ArgPlan(Record):
     """How the fast path reads one parameter: ``kind`` is TENSOR (a torch tensor of type
     ``type`` and rank ``rank``), INT (an unannotated integer of type ``type``: whether it
     fits in int32 is keyed), SCALAR (a scalar of type ``type`` and fixed dtype; ``bf16``
     when that dtype is bfloat16), or CONST (a constexpr: its value is keyed)."""
-    __slots__ = ()  # the fields, with their types:
-    # name: str
-    # kind: str
-    # type: type | None
-    # rank: int = 0
-    # bf16: bool = False
+    __slots__ = ()
+    name: str
+    kind: str
+    type: type | None
+    rank: int = 0
+    bf16: bool = False
 
 
-class Profile(namedtuple("Profile", "args stream_option")):
-    __slots__ = ()  # the fields, with their types:
-    # args: tuple[ArgPlan, ...]
-    # stream_option: bool  # ``stream=`` is the launch's option (no parameter of that name)
+class Profile(Record):
+    __slots__ = ()
+    args: tuple[ArgPlan, ...]
+    stream_option: bool  # ``stream=`` is the launch's option (no parameter of that name)
 
 
 def _is_torch_tensor(value: Any) -> bool:

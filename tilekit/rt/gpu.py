@@ -18,7 +18,6 @@ import ctypes
 import math
 import struct
 import sys
-from collections import namedtuple
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from tilekit.codegen.size_facts import SizeFact, size_facts_holding
 from tilekit.errors import ExecutionError, SourceLoc
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
+from tilekit.record import Record
 from tilekit.rt import cache, checks, device_arrays, driver, fastpath
 from tilekit.rt.device_arrays import DeviceArray, StagedArray
 
@@ -45,19 +45,15 @@ _STAGING_ALIGN = 256
 CompileFn = Callable[["Module", str, frozenset[SizeFact]], CompiledKernel]
 
 
-# Records made at import on the launch path are collections.namedtuple classes: a
-# dataclass costs ~0.5 ms to create and a typing.NamedTuple ~0.3 ms (it compiles its
-# string annotations), a namedtuple ~0.1 ms (bench/aot_start.py: the first launch of a
-# fresh process).
-class Variant(namedtuple("Variant", "spec device divisible")):
+class Variant(Record):
     """What one loaded kernel was compiled for: the specialization (traced once), the
     device, and the size facts that hold for the call (the candidates of the traced kernel
     that hold; facts no tile view uses are never in it, so calls that differ only in them
     share the variant)."""
-    __slots__ = ()  # the fields, with their types:
-    # spec: Specialization
-    # device: int
-    # divisible: frozenset[SizeFact]
+    __slots__ = ()
+    spec: Specialization
+    device: int
+    divisible: frozenset[SizeFact]
 
 
 # --- compile, through the cache -----------------------------------------------------------
@@ -148,25 +144,22 @@ def _dump(title: str, text: str) -> None:
 # --- a kernel loaded on a device, with its argument buffer --------------------------------
 
 
-class LoadedKernel(namedtuple(
-        "LoadedKernel", "compiled function props status_ptr buffer pack params params_ptr "
-        "map_slots",
-        defaults=((),))):
+class LoadedKernel(Record):
     """One kernel loaded on one device, with its argument buffer: every ABI slot at a
     fixed, aligned offset of ``buffer`` (written by one ``pack`` call, a
     ``struct.Struct.pack_into``), and ``params`` the ``void*[]`` pointing at the slots.
     A kernel with TMA tensor maps (``map_slots``) has its buffer 64-byte aligned, so that
     each map's slot is."""
-    __slots__ = ()  # the fields, with their types:
-    # compiled: CompiledKernel
-    # function: driver.LoadedFunction
-    # props: driver.DeviceProps
-    # status_ptr: int  # device int32[4] (allocated when the kernel has asserts)
-    # buffer: Any  # ctypes char array: the slots
-    # pack: Callable[..., None]  # pack(buffer, 0, *slot_values)
-    # params: Any  # ctypes array of void*: the kernelParams
-    # params_ptr: int
-    # map_slots: tuple[ParamSlot, ...] = ()  # the TENSOR_MAP slots
+    __slots__ = ()
+    compiled: CompiledKernel
+    function: driver.LoadedFunction
+    props: driver.DeviceProps
+    status_ptr: int  # device int32[4] (allocated when the kernel has asserts)
+    buffer: Any  # ctypes char array: the slots
+    pack: Callable[..., None]  # pack(buffer, 0, *slot_values)
+    params: Any  # ctypes array of void*: the kernelParams
+    params_ptr: int
+    map_slots: tuple[ParamSlot, ...] = ()  # the TENSOR_MAP slots
 
     @staticmethod
     def build(compiled: CompiledKernel, function: driver.LoadedFunction,
