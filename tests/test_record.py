@@ -116,3 +116,93 @@ def test_the_runtime_records_keep_their_fields_and_defaults() -> None:
     spec = Specialization((("N", ConstSpec(5)), ("a", ScalarSpec(None))))
     assert spec.constexprs == {"N": 5}
     assert pickle.loads(pickle.dumps(kernel)) == kernel
+
+
+# --- Frozen: the IR's values (types, op definitions), which must not be tuples -----------
+
+import dataclasses  # noqa: E402
+
+from tilekit.ir.dtypes import DType  # noqa: E402
+from tilekit.ir.types import BarrierType, SharedType, TensorType, TileType, TokenType  # noqa: E402
+from tilekit.record import Frozen  # noqa: E402
+
+
+class Pair(Frozen):
+    __slots__ = ("first", "second")
+    first: object
+    second: object
+    _field_defaults = {"second": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class PairDataclass:
+    first: object
+    second: object = 0
+
+
+@given(a=values, b=values)
+def test_a_frozen_value_is_the_frozen_dataclass_it_replaces(a: object, b: object) -> None:
+    p, d = Pair(a, b), PairDataclass(a, b)
+    assert p == Pair(a, b) and hash(p) == hash(Pair(a, b))
+    assert (p.first, p.second) == (d.first, d.second)
+    assert repr(p) == repr(d).replace("PairDataclass", "Pair")
+    assert p.replace(second=a) == Pair(a, a) and p.replace() == p
+    for q in (pickle.loads(pickle.dumps(p)), copy.copy(p), copy.deepcopy(p)):
+        assert q == p and type(q) is Pair
+    assert not isinstance(p, tuple)  # the IR printer and CSE read tuples as sequences
+
+
+def test_frozen_equality_is_within_a_class() -> None:
+    class Other(Frozen):
+        __slots__ = ("first", "second")
+        first: object
+        second: object
+
+    assert Pair(1, 2) != Other(1, 2) and Pair(1, 2) != (1, 2)
+    assert len({Pair(1, 2), Pair(1, 2), Other(1, 2)}) == 2
+    assert TokenType() == TokenType() and TokenType() != BarrierType(1, 1)
+    assert Pair(1) == Pair(1, 0) == Pair(first=1) == Pair(second=0, first=1)
+    match Pair(3, 4):
+        case Pair(x, y):
+            assert (x, y) == (3, 4)
+
+
+def test_frozen_values_cannot_change() -> None:
+    p = Pair(1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'first'"):
+        p.first = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del p.second
+    with pytest.raises(AttributeError):
+        p.third = 1  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="has no fields third"):
+        p.replace(third=1)
+    with pytest.raises(TypeError, match="missing the argument 'first'"):
+        Pair()
+
+
+def test_bad_frozen_declarations_are_refused() -> None:
+    with pytest.raises(TypeError, match="tuple `__slots__`"):
+        class NoSlots(Frozen):
+            x: int
+    with pytest.raises(TypeError, match="annotate its fields y"):
+        class Unannotated(Frozen):
+            __slots__ = ("x", "y")
+            x: int
+    with pytest.raises(TypeError, match="'y' has no default but follows"):
+        class Order(Frozen):
+            __slots__ = ("x", "y")
+            x: int
+            y: int
+            _field_defaults = {"x": 0}
+
+
+def test_the_ir_types_keep_their_fields_defaults_and_text() -> None:
+    t = TileType((4, 5), DType.FLOAT32)
+    assert t.layout is None and t == TileType((4, 5), DType.FLOAT32, None)
+    assert t.with_dtype(DType.BFLOAT16) == TileType((4, 5), DType.BFLOAT16)
+    assert str(t) == "tile<4x5xf32>" and t.numel == 20 and t.rank == 2
+    assert TensorType(2, DType.FLOAT16).index is DType.INT32
+    assert SharedType((8, 8), DType.FLOAT16, 3).layout is None
+    assert {TileType((1,), DType.INT32): 1}[TileType((1,), DType.INT32)] == 1
+    assert TileType((), DType.INT32) != TensorType(0, DType.INT32)

@@ -17,7 +17,7 @@ Ops are found by their position in ``walk()`` order, which ``clone_module`` keep
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tilekit.ir import Builder, Module, Operation
 from tilekit.ir.core import clone_module
@@ -85,8 +85,8 @@ def _shrink(attr: str) -> Callable[[Operation], bool]:
             return False
         op.attrs[attr] -= 1
         result = op.results[0]
-        result.type = replace(result.type, **{"stages" if attr == "stages" else "count":
-                                              op.attrs[attr]})
+        result.type = result.type.replace(**{"stages" if attr == "stages" else "count":
+                                             op.attrs[attr]})
         return True
 
     return shrink

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tilekit.ir.types import Type
+from tilekit.record import Frozen
 
 if TYPE_CHECKING:
     from tilekit.ir.core import Operation
@@ -41,8 +41,8 @@ class Arity(enum.Enum):
     VARIADIC = "*"
 
 
-@dataclass(frozen=True)
-class OperandSpec:
+class OperandSpec(Frozen):
+    __slots__ = ("name", "arity")
     name: str
     arity: Arity
 
@@ -82,20 +82,23 @@ InferFn = Callable[[Signature], Sequence[Type]]
 ReferenceFn = Callable[..., Any]
 
 
-@dataclass(frozen=True)
-class OpDef:
+class OpDef(Frozen):
+    __slots__ = ("name", "operands", "infer", "reference", "effects", "num_regions",
+                 "is_terminator", "doc", "verify", "printer")
     name: str
     operands: tuple[OperandSpec, ...]
     infer: InferFn
     reference: ReferenceFn | None
-    effects: Effect = Effect.PURE
-    num_regions: int = 0
-    is_terminator: bool = False
-    doc: str = ""
+    effects: Effect
+    num_regions: int
+    is_terminator: bool
+    doc: str
     # Structural checks beyond types (region arguments, yields); raises OpTypeError.
-    verify: Callable[[Operation], None] | None = field(default=None, compare=False)
+    verify: Callable[[Operation], None] | None
     # How the printer shows the op; None means the generic form.
-    printer: Callable[..., str] | None = field(default=None, compare=False)
+    printer: Callable[..., str] | None
+    _field_defaults = {"effects": Effect.PURE, "num_regions": 0, "is_terminator": False,
+                       "doc": "", "verify": None, "printer": None}
 
     @property
     def is_pure(self) -> bool:

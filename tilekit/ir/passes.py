@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TextIO
 
 from tilekit import knobs
 from tilekit.ir.core import Block, Function, Module
 from tilekit.ir.printer import print_module
 from tilekit.ir.verifier import verify
+from tilekit.record import Frozen
 
 
-@dataclass(frozen=True)
-class Pass:
+class Pass(Frozen):
+    __slots__ = ("name", "run", "doc")
     name: str
     run: Callable[[Module], Module]
-    doc: str = ""
+    doc: str
+    _field_defaults = {"doc": ""}
 
 
 def should_dump(name: str) -> bool:

@@ -8,21 +8,25 @@ memory passed as an argument: its rank and element type are known when
 tracing, its sizes and strides are runtime values, and ``index`` is the
 integer type wide enough to address every element (int32 when the tensor's
 span fits in 2^31 elements, a specialization fact chosen at launch).
+
+They are ``tilekit.record.Frozen`` values (what a frozen dataclass gives, cheaper to create
+at import: a warm start imports them to trace its kernel).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
 from tilekit.ir.dtypes import DType
+from tilekit.record import Frozen
 
 
-@dataclass(frozen=True)
-class TileType:
+class TileType(Frozen):
+    __slots__ = ("shape", "dtype", "layout")
     shape: tuple[int, ...]
     dtype: DType
-    layout: object | None = None
+    layout: object | None
+    _field_defaults = {"layout": None}
 
     @property
     def rank(self) -> int:
@@ -37,7 +41,7 @@ class TileType:
         return self.shape == ()
 
     def with_dtype(self, dtype: DType) -> TileType:
-        return replace(self, dtype=dtype)
+        return TileType(self.shape, dtype, self.layout)
 
     def with_shape(self, shape: tuple[int, ...]) -> TileType:
         return TileType(tuple(shape), self.dtype)
@@ -58,11 +62,12 @@ class TileType:
         return f"tile<{body}>"
 
 
-@dataclass(frozen=True)
-class TensorType:
+class TensorType(Frozen):
+    __slots__ = ("rank", "dtype", "index")
     rank: int
     dtype: DType
-    index: DType = DType.INT32
+    index: DType
+    _field_defaults = {"index": DType.INT32}
 
     def __str__(self) -> str:
         dims = "x".join("?" * 1 for _ in range(self.rank))
@@ -70,16 +75,17 @@ class TensorType:
         return f"tensor<{body}, {self.index.short}>"
 
 
-@dataclass(frozen=True)
-class SharedType:
+class SharedType(Frozen):
     """A ring of ``stages`` shared-memory buffers, each holding one tile of ``shape`` x
     ``dtype`` (a pipeline stream's stages). ``layout`` is how a tile sits in one buffer
     (row-major when None; a swizzle from ``tilekit.layout`` when set)."""
 
+    __slots__ = ("shape", "dtype", "stages", "layout")
     shape: tuple[int, ...]
     dtype: DType
     stages: int
-    layout: object | None = None
+    layout: object | None
+    _field_defaults = {"layout": None}
 
     @property
     def tile(self) -> TileType:
@@ -94,11 +100,11 @@ class SharedType:
         return f"smem<{self.stages}x[{dims}x{self.dtype.short}]>"
 
 
-@dataclass(frozen=True)
-class BarrierType:
+class BarrierType(Frozen):
     """A ring of ``count`` mbarriers (one per pipeline stage), each completing a phase
     after ``arrivals`` arrive operations (and all expected transaction bytes)."""
 
+    __slots__ = ("count", "arrivals")
     count: int
     arrivals: int
 
@@ -106,9 +112,10 @@ class BarrierType:
         return f"mbarrier<{self.count}, arrivals={self.arrivals}>"
 
 
-@dataclass(frozen=True)
-class TokenType:
+class TokenType(Frozen):
     """An asynchronous operation that has not been waited for (a bulk store group)."""
+
+    __slots__ = ()
 
     def __str__(self) -> str:
         return "token"

@@ -38,6 +38,7 @@ from tilekit.ir.ops.asynchronous import ENGINES, StreamSpec
 from tilekit.ir.types import TileType
 from tilekit.lang import semantics, tracer
 from tilekit.lang.control import _LoopTrace, user_frame
+from tilekit.lang.tensor import Coordinate
 from tilekit.lang.tile import Tile
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ ROLES: dict[bool | None, str | None] = {None: None, True: "specialized", False: 
 
 _OPTIONS = ("stages", "engine", "warp_roles")
 
-Coordinate = int | Tile
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing Tiles would emit IR
@@ -85,30 +85,6 @@ class TileStream:
     def __repr__(self) -> str:
         return (f"<tk.TileStream {self.tensor.name} {'x'.join(map(str, self.shape))} "
                 f"along {self.axis}>")
-
-
-def check_coordinate(x: Any, what: str = "a tile coordinate") -> Coordinate:
-    """A tile coordinate: a Python int (kept as is) or an integer scalar tile."""
-    if isinstance(x, np.integer):
-        x = int(x)
-    if isinstance(x, Tile):
-        if x.ndim != 0 or not x.dtype.is_int:
-            raise TraceError(f"{what} must be an integer scalar, got {x.type}", user_loc(),
-                             hints=["tile coordinates count tiles, e.g. tk.program_id(0)"])
-        return x
-    if isinstance(x, int) and not isinstance(x, bool):
-        return x
-    raise TraceError(f"{what} must be an integer, got {x!r}", user_loc(),
-                     hints=["tile coordinates count tiles (Python ints or integer scalars)"])
-
-
-def check_padding(padding: Any, dtype: DType) -> bool | int | float:
-    if not semantics.is_scalar_literal(padding):
-        raise TraceError(f"padding must be a Python number, got {padding!r}", user_loc(),
-                         hints=["it is what elements past the tensor's edge read"])
-    value = padding.item() if isinstance(padding, np.generic) else padding
-    semantics._check_fits(value, dtype)  # like any literal of the tensor's type
-    return value
 
 
 class pipeline:  # noqa: N801  (used like a builtin: `for i, x in tk.pipeline(...)`)

@@ -12,7 +12,7 @@ boxes for ``tk.pipeline`` (see ``pipeline.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,8 +20,38 @@ from tilekit.errors import TraceError, user_loc
 from tilekit.ir.core import Value
 from tilekit.ir.dtypes import DType, promote
 from tilekit.lang import semantics, tracer
-from tilekit.lang.pipeline import TileStream, check_coordinate, check_padding
 from tilekit.lang.tile import Tile
+
+if TYPE_CHECKING:
+    from tilekit.lang.pipeline import TileStream
+
+Coordinate = int | Tile
+
+
+def check_coordinate(x: Any, what: str = "a tile coordinate") -> Coordinate:
+    """A tile coordinate: a Python int (kept as is) or an integer scalar tile."""
+    if isinstance(x, np.integer):
+        x = int(x)
+    if isinstance(x, Tile):
+        if x.ndim != 0 or not x.dtype.is_int:
+            raise TraceError(f"{what} must be an integer scalar, got {x.type}", user_loc(),
+                             hints=["tile coordinates count tiles, e.g. tk.program_id(0)"])
+        return x
+    if isinstance(x, int) and not isinstance(x, bool):
+        return x
+    raise TraceError(f"{what} must be an integer, got {x!r}", user_loc(),
+                     hints=["tile coordinates count tiles (Python ints or integer scalars)"])
+
+
+def check_padding(padding: Any, dtype: DType) -> bool | int | float:
+    if not semantics.is_scalar_literal(padding):
+        raise TraceError(f"padding must be a Python number, got {padding!r}", user_loc(),
+                         hints=["it is what elements past the tensor's edge read"])
+    value = padding.item() if isinstance(padding, np.generic) else padding
+    semantics._check_fits(value, dtype)  # like any literal of the tensor's type
+    return value
+
+
 
 
 class TensorArg:
@@ -127,6 +157,8 @@ class TensorArg:
         else:
             axis = self._stream_axis(along)
             start = self._stream_start(at)
+        from tilekit.lang.pipeline import TileStream  # the pipeline's module: when one is used
+
         return TileStream(self, tile_shape, axis, tuple(start),
                           check_padding(padding, self.dtype), user_loc())
 

@@ -17,7 +17,6 @@ in the interpreter. ``ctx.role`` names the role running (``"cta"`` outside warp 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from tilekit.ir.types import (
     Type,
     strip_layout,
 )
+from tilekit.record import Frozen
 
 #: Copy engines, fastest first (``tilekit.sched`` chooses one per stream).
 ENGINES = ("tma", "cp_async", "plain")
@@ -41,15 +41,16 @@ ENGINES = ("tma", "cp_async", "plain")
 ASYNC = Effect.READ | Effect.WRITE  # never reordered, merged or removed by cleanups
 
 
-@dataclass(frozen=True)
-class StreamSpec:
+class StreamSpec(Frozen):
     """One tile stream of a pipeline: tiles of ``shape`` of a tensor, stepping along
     ``axis`` (tile ``index[axis] + i`` on iteration ``i``); elements past the tensor's
     edge read ``padding``."""
 
+    __slots__ = ("shape", "axis", "padding")
     shape: tuple[int, ...]
     axis: int
-    padding: bool | int | float = 0
+    padding: bool | int | float
+    _field_defaults = {"padding": 0}
 
     def __str__(self) -> str:
         pad = f" padding {self.padding!r}" if self.padding != 0 else ""
