@@ -32,7 +32,6 @@ its kernel, and imports the IR to do so. Its fields are its ``__slots__``::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import FrozenInstanceError
 from operator import attrgetter, itemgetter
 from typing import Any, ClassVar, TypeVar
 
@@ -163,10 +162,16 @@ class Frozen:
         return hash((self.__class__.__name__, self._key(self)))
 
     def __setattr__(self, name: str, value: Any) -> None:
+        # dataclasses' error, as the frozen dataclasses these replace raised (imported
+        # here: `import tilekit` without torch does not load dataclasses otherwise)
+        from dataclasses import FrozenInstanceError
+
         raise FrozenInstanceError(f"cannot assign to field {name!r} of a "
                                   f"{type(self).__name__}")
 
     def __delattr__(self, name: str) -> None:
+        from dataclasses import FrozenInstanceError
+
         raise FrozenInstanceError(f"cannot delete field {name!r} of a {type(self).__name__}")
 
     def __reduce__(self) -> tuple[Any, ...]:
