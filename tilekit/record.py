@@ -50,6 +50,7 @@ class Record(tuple):  # type: ignore[type-arg]
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
     _field_defaults: ClassVar[dict[str, Any]] = {}
+    _default_tail: ClassVar[tuple[Any, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -73,11 +74,17 @@ class Record(tuple):  # type: ignore[type-arg]
             setattr(cls, name, _tuplegetter(index, f"field {index}: {name}"))
         cls._fields = tuple(names)
         cls._field_defaults = defaults
+        cls._default_tail = tuple(defaults.values())  # the trailing fields' defaults
         cls.__match_args__ = cls._fields
 
     def __new__(cls: type[R], *args: Any, **kwargs: Any) -> R:
-        if kwargs or len(args) != len(cls._fields):
-            args = _bind(cls, args, kwargs)
+        # positional arguments, the trailing defaults for the fields they leave out: the
+        # common calls (the launch's slow path makes a dozen records), kept inline
+        missing = len(cls._fields) - len(args)
+        if kwargs or missing:
+            tail = cls._default_tail
+            args = args + tail[-missing:] if not kwargs and 0 < missing <= len(tail) \
+                else _bind(cls, args, kwargs)
         return tuple.__new__(cls, args)
 
     @classmethod
@@ -106,6 +113,7 @@ class Record(tuple):  # type: ignore[type-arg]
 
 
 F = TypeVar("F", bound="Frozen")
+_set = object.__setattr__  # a frozen value's fields are set once, in __init__
 
 
 class Frozen:
@@ -116,6 +124,7 @@ class Frozen:
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
     _field_defaults: ClassVar[dict[str, Any]] = {}
+    _default_tail: ClassVar[tuple[Any, ...]] = ()
     _key: ClassVar[Callable[[Any], Any]] = staticmethod(lambda self: ())
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -143,15 +152,19 @@ class Frozen:
                                 "follows a field that has one")
         cls._fields = tuple(slots)
         cls._field_defaults = defaults
+        cls._default_tail = tuple(defaults.values())  # the trailing fields' defaults
         get = attrgetter(*slots)  # one field: the value itself, not a 1-tuple
         cls._key = staticmethod(get if len(slots) > 1 else lambda self: (get(self),))
         cls.__match_args__ = cls._fields
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs or len(args) != len(self._fields):
-            args = _bind(type(self), args, kwargs)
+        missing = len(self._fields) - len(args)
+        if kwargs or missing:  # as Record.__new__
+            tail = self._default_tail
+            args = args + tail[-missing:] if not kwargs and 0 < missing <= len(tail) \
+                else _bind(type(self), args, kwargs)
         for name, value in zip(self._fields, args):
-            object.__setattr__(self, name, value)
+            _set(self, name, value)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
