@@ -333,3 +333,36 @@ def launch_args(compiled: Compiled, arrays: dict[str, np.ndarray],
         else:
             raise NotImplementedError(f"the host emulator has no {slot.kind}")
     return out
+
+
+def emulate_each_block(kernel, x, y_buffer, y, constexprs, grid, region, want):
+    """Run ``kernel(X=x, Y=y)``'s GPU code on the host block by block, the whole buffer of
+    ``y`` set to a sentinel before each: block ``b`` (a tuple of ``len(grid)`` indices)
+    must write ``want`` at ``region(*b)`` of ``y``, and nothing else (no byte around its
+    tile, in ``y`` or past it). The bucket's size facts are the arrays'."""
+    from tilekit.codegen.size_facts import candidate_size_facts, size_facts_holding
+
+    module = kernel.trace(x, y, **constexprs)
+    facts = size_facts_holding(candidate_size_facts(module), {"X": x.shape, "Y": y.shape})
+    compiled = compile_for_host(module, facts)
+    args = launch_args(compiled, {"X": x, "Y": y})
+    bits = np.dtype(f"u{y.dtype.itemsize}")
+    raw, got, expected = y_buffer.view(bits), y.view(bits), want.view(bits)
+    sentinel = np.iinfo(bits).max
+    for block in itertools.product(*map(range, grid)):
+        raw[...] = sentinel
+        compiled.emulator.run_block(block, grid, compiled.threads, args)
+        tile = region(*block)
+        np.testing.assert_array_equal(got[tile], expected[tile], err_msg=f"block {block}")
+        got[tile] = sentinel
+        outside = np.flatnonzero(raw != sentinel)
+        assert outside.size == 0, f"block {block} wrote outside its tile at buffer " \
+            f"elements {outside[:4].tolist()}"
+
+
+def sentinel_free_values(shape, dtype, seed=0):
+    """Values with no bit pattern equal to ``emulate_each_block``'s sentinel (all ones)."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind in "iu":
+        return rng.integers(0, 100, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)

@@ -18,7 +18,6 @@ of the transpose's 64 x 64 store spans 4 such rows. Three levels of checks:
 from __future__ import annotations
 
 import collections
-import itertools
 
 import ml_dtypes
 import numpy as np
@@ -26,7 +25,7 @@ import pytest
 
 import tilekit as tk
 from tests.codegen.sass_checks import needs_cuobjdump, opcodes, resources
-from tests.codegen.simt import compile_for_host, device_buffer, launch_args
+from tests.codegen.simt import device_buffer, emulate_each_block, sentinel_free_values
 from tilekit import knobs
 from tilekit.codegen.size_facts import candidate_size_facts, size_facts_holding
 from tilekit.layout.realign import rotated_run
@@ -116,35 +115,6 @@ def test_edge_tiles_address_elements_from_their_group():
 
 # --- the generated code, run on the host -------------------------------------------------------
 
-def _emulate_each_block(kernel, x, y_buffer, y, constexprs, grid, region, want):
-    """Run ``kernel``'s GPU code on the host block by block, the whole buffer of ``y`` set
-    to a sentinel before each: block ``(i, j)`` must write ``want`` at ``region(i, j)`` of
-    ``y``, and nothing else (no byte around its tile, in ``y`` or past it)."""
-    module = kernel.trace(x, y, **constexprs)
-    compiled = compile_for_host(module, _facts(module, {"X": x, "Y": y}))
-    args = launch_args(compiled, {"X": x, "Y": y})
-    bits = np.dtype(f"u{y.dtype.itemsize}")
-    raw, got, expected = y_buffer.view(bits), y.view(bits), want.view(bits)
-    sentinel = np.iinfo(bits).max
-    for i, j in itertools.product(range(grid[0]), range(grid[1])):
-        raw[...] = sentinel
-        compiled.emulator.run_block((i, j), grid, compiled.threads, args)
-        tile = region(i, j)
-        np.testing.assert_array_equal(got[tile], expected[tile], err_msg=f"block {(i, j)}")
-        got[tile] = sentinel
-        outside = np.flatnonzero(raw != sentinel)
-        assert outside.size == 0, f"block {(i, j)} wrote outside its tile at buffer " \
-            f"elements {outside[:4].tolist()}"
-
-
-def _values(shape, dtype, seed=0):
-    """Values with no bit pattern equal to the sentinel (all ones)."""
-    rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(0, 100, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
 # (tile, Y's row pitch mod 8 elements, offset of Y's first element): every shift class for
 # the 64 x 64 tile, an odd class for the others (a 4-byte one for 128 x 64), offset views.
 EMULATED = ([((64, 64), c, 0) for c in range(8)] + [(t, 3, 0) for t in TILES[1:]]
@@ -157,10 +127,10 @@ def test_emulated_transpose_writes_exactly_its_tile(tile, cls, offset):
     BM, BN = tile
     M, N = BM + 9, BN + 5  # a full tile and a ragged one along each dim
     pitch = M + (cls - M) % 8
-    _, x = device_buffer(_values((M, N), bf16))
+    _, x = device_buffer(sentinel_free_values((M, N), bf16))
     y_buffer, y_rows = device_buffer(np.zeros((N, pitch), bf16), offset)
     y = y_rows[:, :M]
-    _emulate_each_block(transpose, x, y_buffer, y, dict(BM=BM, BN=BN),
+    emulate_each_block(transpose, x, y_buffer, y, dict(BM=BM, BN=BN),
                         (tk.cdiv(M, BM), tk.cdiv(N, BN)),
                         lambda i, j: np.s_[j * BN:(j + 1) * BN, i * BM:(i + 1) * BM], x.T)
 
@@ -175,10 +145,10 @@ def test_emulated_copy_into_misaligned_rows_of_every_width(dtype, tile, offset):
     its buffer."""
     BM, BN = tile
     M, N = 2 * BM + 1, 2 * BN + 3
-    _, x = device_buffer(_values((M, N), dtype))
+    _, x = device_buffer(sentinel_free_values((M, N), dtype))
     y_buffer, y_rows = device_buffer(np.zeros((M, N + 1), dtype), offset)
     y = y_rows[:, :N]
-    _emulate_each_block(copy_tiles, x, y_buffer, y, dict(BM=BM, BN=BN),
+    emulate_each_block(copy_tiles, x, y_buffer, y, dict(BM=BM, BN=BN),
                         (tk.cdiv(M, BM), tk.cdiv(N, BN)),
                         lambda i, j: np.s_[i * BM:(i + 1) * BM, j * BN:(j + 1) * BN], x)
 
@@ -187,10 +157,10 @@ def test_emulated_copy_into_a_strided_view_takes_the_element_path():
     """Every other column: no unit inner stride, so neither vectors nor group-relative
     addresses, each element on its own."""
     M, N, BM, BN = 37, 133, 16, 64
-    _, x = device_buffer(_values((M, N), bf16))
+    _, x = device_buffer(sentinel_free_values((M, N), bf16))
     y_buffer, y_rows = device_buffer(np.zeros((M, 2 * N + 2), bf16), 1)
     y = y_rows[:, :2 * N:2]
-    _emulate_each_block(copy_tiles, x, y_buffer, y, dict(BM=BM, BN=BN),
+    emulate_each_block(copy_tiles, x, y_buffer, y, dict(BM=BM, BN=BN),
                         (tk.cdiv(M, BM), tk.cdiv(N, BN)),
                         lambda i, j: np.s_[i * BM:(i + 1) * BM, j * BN:(j + 1) * BN], x)
 
@@ -209,7 +179,7 @@ GPU_SHAPES = [(8191, 8192), (1031, 1031), (257, 263), (131, 97), (1, 1031), (103
 def test_transpose_on_the_gpu_matches_the_interpreter(on_gpu, shape, tile):
     M, N = shape
     BM, BN = tile
-    x = _values((M, N), bf16, seed=None)
+    x = sentinel_free_values((M, N), bf16, seed=None)
     grid = (tk.cdiv(M, BM), tk.cdiv(N, BN))
     y = np.full((N, M), np.nan, bf16)
     transpose[grid](x, y, BM=BM, BN=BN)
@@ -252,7 +222,7 @@ def test_transpose_into_torch_views_with_offsets(on_gpu, tile, offset, pad):
 def test_copies_into_misaligned_rows_match_the_interpreter(on_gpu, dtype, shape):
     M, N = shape
     dt = bf16 if dtype == "bfloat16" else np.dtype(dtype)
-    x = _values((M, N), dt, seed=None)
+    x = sentinel_free_values((M, N), dt, seed=None)
     for pitch in (N + 1, N + 2, N + 4):
         y = np.zeros((M, pitch), dt)[:, :N]
         grid = (tk.cdiv(M, 16), tk.cdiv(N, 64))

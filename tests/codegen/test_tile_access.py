@@ -163,3 +163,86 @@ def _transpose_module(rows, cols, bm, bn):
     x = np.zeros((rows, cols), ml_dtypes.bfloat16)
     y = np.zeros((cols, rows), ml_dtypes.bfloat16)
     return transpose.trace(x, y, BM=bm, BN=bn), {"X": x.shape, "Y": y.shape}
+
+
+@needs_cuobjdump
+@pytest.mark.parametrize("dtype,core", [(np.float32, 8), (ml_dtypes.bfloat16, 4)])
+def test_misaligned_rows_load_through_one_window_for_every_shift(dtype, core):
+    """A one-row tile whose rows start off a 16-byte boundary (4096 x 4097) loads each core
+    group as the aligned chunk holding its first element and the next one, the same code
+    for every shift: exactly two ``LDG.E.128`` per group. A switch on a warp-uniform shift
+    (realigning through shuffles) compiled the loads once per shift, 1 + 2 * 3 chunks per
+    group for float32: more code for LLVM and ptxas, and slower on the GPU."""
+    module, shapes = _module(4096, 4097, dtype)
+    from tilekit.codegen import compile_module
+
+    compiled = compile_module(module, "sm_90a", divisible=size_facts_holding(
+        candidate_size_facts(module), shapes))
+    ops = [i.split()[0] for i in sass.instructions(sass.disassemble(
+        link.link_ptx(compiled.binary, "sm_90a")))]
+    assert ops.count("LDG.E.128") == 2 * core, ops.count("LDG.E.128")
+
+
+# --- misaligned rows, run on the host --------------------------------------------------------
+
+def _copy_rows():
+    import tilekit as tk
+
+    @tk.kernel
+    def copy_rows(X, Y, N: tk.constexpr):
+        row = tk.program_id(0)
+        Y.tile((1, N), (row, 0)).store(X.tile((1, N), (row, 0)).load())
+
+    return copy_rows
+
+
+def _centre_rows():
+    import tilekit as tk
+
+    @tk.kernel
+    def centre_rows(X, Y, N: tk.constexpr):
+        row = tk.program_id(0)
+        x = X.tile((1, N), (row, 0)).load().to(tk.float32)
+        Y.tile((1, N), (row, 0)).store((x - tk.max(x, axis=1, keepdims=True)).to(Y.dtype))
+
+    return centre_rows
+
+
+@pytest.mark.parametrize("dtype,cols", [(np.float32, 521), (ml_dtypes.bfloat16, 1031),
+                                        (np.int8, 2053), (np.int16, 1031), (np.float64, 263)],
+                         ids=["f32", "bf16", "i8", "i16", "f64"])
+@pytest.mark.parametrize("x_offset,y_offset", [(0, 0), (1, 3), (5, 0)])
+def test_emulated_row_copies_through_windows_in_every_shift(dtype, cols, x_offset, y_offset):
+    """One-row tiles of rows whose starts take every shift (the pitch is one element more
+    than a multiple of 16 bytes, so row ``r`` starts ``r`` elements further along; ``X``
+    and ``Y`` in views offset differently, so a row's load and store shifts differ): the
+    generated code, run on the host, copies each row exactly and writes nothing else."""
+    from tests.codegen.simt import device_buffer, emulate_each_block, sentinel_free_values
+
+    width = 16 // np.dtype(dtype).itemsize
+    rows = width + 1  # every shift, and the first again
+    pitch = cols + (1 - cols) % width  # cols <= pitch, pitch = 1 (mod width)
+    _, x_rows = device_buffer(sentinel_free_values((rows, pitch), dtype), x_offset)
+    y_buffer, y_rows = device_buffer(np.zeros((rows, pitch + 2), dtype), y_offset)
+    x, y = x_rows[:, :cols], y_rows[:, :cols]
+    emulate_each_block(_copy_rows(), x, y_buffer, y, dict(N=cols), (rows,),
+                       lambda r: np.s_[r:r + 1, :], x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_emulated_row_reductions_read_windows_in_every_shift(dtype):
+    """The windowed registers feed a reduction and an element-wise op, then a store through
+    the shift's switch: ``x - max(x)`` per row, in every shift, matches numpy."""
+    from tests.codegen.simt import device_buffer, emulate_each_block, sentinel_free_values
+
+    cols = 777
+    width = 16 // np.dtype(dtype).itemsize
+    rows = width + 1
+    pitch = cols + (1 - cols) % width
+    _, x_rows = device_buffer(sentinel_free_values((rows, pitch), dtype), 1)
+    y_buffer, y_rows = device_buffer(np.zeros((rows, pitch), dtype), 2)
+    x, y = x_rows[:, :cols], y_rows[:, :cols]
+    x32 = x.astype(np.float32)
+    want = (x32 - x32.max(axis=1, keepdims=True)).astype(dtype)
+    emulate_each_block(_centre_rows(), x, y_buffer, y, dict(N=cols), (rows,),
+                       lambda r: np.s_[r:r + 1, :], want)

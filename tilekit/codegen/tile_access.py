@@ -16,15 +16,21 @@ The core groups take one branch per access: when all of them are in bounds, they
 loaded or stored as vectors, else element by element. A row whose start is not 16-byte
 aligned (row ``r`` of a 4096 x 4097 float32 matrix starts ``r % 4`` elements past a
 16-byte boundary) is not the scalar case: its *shift* (the element address modulo the
-group width) is read once per row of groups and switched on. On NVIDIA, when a warp's
-lanes lie along one row, each group then moves as ONE aligned 16-byte chunk, realigned
-through warp shuffles (see the section below). Otherwise (a warp's lanes on several
-rows, each with its own shift) a load takes the aligned chunk holding the group's first
-element and the next chunk, and picks the group's bytes out of the pair with selects and
-funnel shifts: no branch per shift, so no divergence (``windowed``); a store moves each
-group as a few naturally aligned pieces (shift 2 of a float4: two 8-byte halves; shift 1:
-4, 8, 4 bytes). With the bucket's facts (16-byte aligned base, 16-byte row strides) the shift is
-0 and only the aligned case is emitted: unpredicated 128-bit accesses.
+group width) is read once per row of groups.
+
+* **Loads** take the aligned chunk holding the group's first element and the next chunk,
+  and pick the group's bytes out of the pair with selects and funnel shifts
+  (``windowed``): one copy of the code for every shift, no branch on it, so lanes with
+  different shifts never diverge.
+* **Stores**, on NVIDIA, move each group as ONE aligned 16-byte chunk: when a warp's lanes
+  lie along one row (one shift per warp), through warp shuffles on the arm of a switch
+  on that shift (see the section below); when they span several rows, as rotated runs
+  (predicated stores chosen by bit arithmetic, no branch). Elsewhere a store moves each
+  group as a few naturally aligned pieces (shift 2 of a float4: two 8-byte halves;
+  shift 1: 4, 8, 4 bytes).
+
+With the bucket's facts (16-byte aligned base, 16-byte row strides) the shift is 0 and
+only the aligned case is emitted: unpredicated 128-bit accesses.
 """
 
 from __future__ import annotations
@@ -150,16 +156,16 @@ def _core_condition(L: KernelLowering, t: TensorHandle, classes, offsets, preds
     return L.all_of(conds), shifts
 
 
-# --- misaligned rows through warp shuffles (NVIDIA) ---------------------------------------
+# --- misaligned rows through warp shuffles (NVIDIA stores) -----------------------------------
 #
 # Pieces cost up to three accesses per group where one would do; on a warp whose lanes
-# share a row (one shift), each lane can instead move one aligned 16-byte chunk: a load
-# takes the chunk holding its first element and gets the next chunk from the next lane
-# along the row (``shfl``), the last lane of the warp's run loading it itself; a store
-# writes the chunk after its first element from its own tail and the next lane's head,
+# share a row (one shift), each lane can instead store one aligned 16-byte chunk: the
+# chunk after its first element, from its own tail and the next lane's head (``shfl``),
 # the run's first and last lanes adding the partial chunks at its two ends as pieces.
-# Bytes read outside the tile lie in the 16-byte chunks of tile elements (never another
-# page); nothing outside it is written.
+# Nothing outside the tile is written. Each shift is an arm of a switch, so that the
+# shuffles' selections are constants. (Loads realigned this way too, until the windows
+# measured faster on one-row tiles: 4096 x 4097 bf16 layer norm 0.748 -> 0.775x of copy
+# on an H200, and a quarter less code to compile; docs/memory_bound.md.)
 
 
 def _shuffle_run(L: KernelLowering, lay: TileLayout, core: list[list[int]],
@@ -278,16 +284,20 @@ def _tail_condition(L, t, group, offsets, preds) -> ir.Value | None:
 class _CorePlan:
     """What a tile access decides once for its core groups: the shift classes (rows of
     groups), whether this thread (or, with shuffles, its warp) takes the vector path, each
-    class's shift, and the shuffle run with the lanes' roles (None: aligned pieces)."""
+    class's shift, and the shuffle run with the lanes' roles (None: windows or pieces).
+    ``shuffles``: whether the access may realign through a warp-uniform shift (stores;
+    loads take windows, which need no agreement between lanes)."""
 
     def __init__(self, L: KernelLowering, t: TensorHandle, lay: TileLayout,
                  core: list[list[int]], offsets: Sequence[ir.Value],
-                 preds: Sequence[ir.Value | None], zero_dims: frozenset[int]) -> None:
+                 preds: Sequence[ir.Value | None], zero_dims: frozenset[int],
+                 shuffles: bool) -> None:
         self.classes = _shift_classes(lay, core)
         self.fast, self.shifts = _core_condition(L, t, self.classes, offsets, preds)
         self.width = len(core[0])
         self.aligned = _provably_aligned(L, t, lay, self.width, zero_dims)
-        self.run = None if self.aligned else _shuffle_run(L, lay, core, t.dtype.itemsize)
+        self.run = None if self.aligned or not shuffles else _shuffle_run(
+            L, lay, core, t.dtype.itemsize)
         if self.run:
             self.src, self.first, self.last = _lane_roles(L, self.run)
             self.fast = _warp_uniform(L, self.fast, self.shifts)
@@ -297,10 +307,10 @@ class _CorePlan:
         return [r for cls in self.classes for g in cls for r in g]
 
     def windowed(self, itemsize: int) -> bool:
-        """Whether loads realign through a two-chunk window (lanes with different shifts:
-        no switch, so no divergence): a misaligned row that shuffles cannot realign, in
-        groups of at least one 32-bit word."""
-        return self.run is None and not self.aligned and self.width * itemsize >= 4
+        """Whether loads realign through a two-chunk window (no switch, so no divergence
+        and one copy of the code for every shift): a row not provably aligned, in groups
+        of at least one 32-bit word."""
+        return not self.aligned and self.width * itemsize >= 4
 
     def each_class(self, move) -> list[ir.Value]:
         """``move(group, shift)`` for every group with its class's run-time shift."""
@@ -336,18 +346,6 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
             vals.extend(unpack(L, dt, v, count))
         return vals
 
-    def realigned(g: list[int], k: int) -> list[ir.Value]:
-        """Group ``g`` on the shift-``k`` arm of a warp that shares its shift."""
-        if k == 0:
-            return pieces_of(g, 0)
-        width = len(g)
-        start = _offset_plus(L, offsets[g[0]], -k)
-        here = b.load(vector_ptr(L, t, start, width), align=width * dt.itemsize)
-        after = _from_next_lane(L, here, width * dt.itemsize, plan.src)
-        after = L.select_load(plan.last, lambda: b.load(vector_ptr(
-            L, t, _offset_plus(L, start, width), width), align=width * dt.itemsize), after)
-        return unpack(L, dt, _shuffle(L, here, after, k, width), width)
-
     def windowed(g: list[int], shift: ir.Value) -> list[ir.Value]:
         """Group ``g`` whose first element lies ``shift`` elements (run time, per lane)
         past an aligned chunk: that chunk and, unless ``shift`` is 0, the next one, then
@@ -366,15 +364,14 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
 
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
-        plan = _CorePlan(L, t, lay, core, offsets, preds, zero_dims)
+        plan = _CorePlan(L, t, lay, core, offsets, preds, zero_dims, shuffles=False)
         order = plan.registers
         if plan.windowed(dt.itemsize):
             def vector_path() -> list[ir.Value]:
                 return plan.each_class(windowed)
         else:
             def vector_path() -> list[ir.Value]:
-                return plan.per_class(L, realigned if plan.run else pieces_of,
-                                      lambda cls: sum(len(g) for g in cls))
+                return plan.per_class(L, pieces_of, lambda cls: sum(len(g) for g in cls))
         values = _two_paths(L, plan.fast, vector_path, lambda: [scalar(r) for r in order])
         for r, v in zip(order, values):
             out[r] = v
@@ -453,7 +450,7 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
 
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
     if core:
-        plan = _CorePlan(L, t, lay, core, offsets, preds, zero_dims)
+        plan = _CorePlan(L, t, lay, core, offsets, preds, zero_dims, shuffles=True)
         rotation = _rotation(L, lay, plan, dt.itemsize)
         if rotation is not None:
             _two_paths(L, _in_every_lane(L, plan.fast),
