@@ -46,7 +46,7 @@ _LAZY = {
     **dict.fromkeys((
         "abs", "arange", "argmax", "argmin", "atomic_add", "atomic_max", "atomic_min",
         "broadcast_to", "cast", "ceil", "cos", "cumsum", "device_assert",
-        "device_print", "dot", "erf", "exp", "exp2", "expand_dims", "floor", "full",
+        "device_print", "dot", "erf", "exp", "exp2", "expand_dims", "floor", "fma", "full",
         "full_like", "isnan", "load", "log", "log2", "max", "maximum", "min", "minimum",
         "num_programs", "ones", "permute", "prod", "program_id", "reshape", "rsqrt",
         "sigmoid", "sin", "sqrt", "static_assert", "store", "sum", "tanh", "where", "zeros",

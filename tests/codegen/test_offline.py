@@ -443,6 +443,16 @@ def test_vector_add_moves_128_bits_per_access_on_sm_90a():
 
 
 @needs_cuobjdump
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=["f32", "bf16"])
+def test_fma_is_one_fused_instruction(dtype: Any):
+    """``tk.fma`` is ``FFMA`` (bfloat16 fused in float32), never a multiply and an add."""
+    module = K.fma.trace(*(np.zeros(1000, dtype) for _ in range(4)), 1000, BLOCK=1024)
+    ops = [i.split()[0].split(".")[0] for i in sass.instructions(
+        sass.disassemble(cubin_of(module, "sm_90a")))]
+    assert "FFMA" in ops and not {"FMUL", "FADD"} & set(ops), sorted(set(ops))
+
+
+@needs_cuobjdump
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_softmax_of_a_4097_row_does_not_spill(arch: str):
     text = sass.disassemble(cubin_of(example_module("softmax"), arch))

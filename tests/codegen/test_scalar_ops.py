@@ -234,6 +234,20 @@ def test_compare_and_select(binary_jit: Jit) -> None:
         same_bits(binary_jit(f"select_{d.short}", c, x, y), _ref("select", c, x, y))
 
 
+def test_fma_matches_reference() -> None:
+    """``llvm.fma`` (16-bit floats fused in float32) against the reference, bit for bit:
+    random and special values, and addends that cancel the product's rounded value."""
+    jit = Jit()
+    for d in FLOATS:
+        jit.add(f"fma_{d.short}", [d, d, d], d, lambda b, x, y, z, d=d: so.fma(b, d, x, y, z))
+    jit.compile()
+    for d in FLOATS:
+        x, y, z = values(d, seed=11), values(d, seed=12), values(d, seed=13)
+        with np.errstate(all="ignore"):
+            z[: N // 2] = np_cast(-(x[: N // 2].astype(np.float64) * y[: N // 2]), d)
+        same_bits(jit(f"fma_{d.short}", x, y, z), _ref("fma", x, y, z))
+
+
 EXACT_UNARY = ["neg", "abs", "not", "floor", "ceil", "isnan", "sqrt"]
 
 

@@ -206,6 +206,25 @@ def select(C, X, Y, Out, n, MODE: tk.constexpr, BLOCK: tk.constexpr):
 
 
 @tk.kernel
+def fma(X, Y, Z, Out, n, BLOCK: tk.constexpr):
+    offs = block_offsets(BLOCK)
+    m = offs < n
+    x, y, z = (tk.load(T, offs, mask=m) for T in (X, Y, Z))
+    tk.store(Out, offs, tk.fma(x, y, z), mask=m)
+
+
+@tk.kernel
+def fma_mixed(X, Y, Out, s, M: tk.constexpr, N: tk.constexpr, EXPECT: tk.constexpr):
+    """``fma(column, row, s) + fma(row, 2.5, column)``: a (M, 1) tile, a (1, N) one, a
+    runtime scalar and a Python number, broadcast and promoted to one type."""
+    col = X.tile((M,), (0,)).load()[:, None]
+    row = Y.tile((N,), (0,)).load()[None, :]
+    r = tk.fma(col, row, s) + tk.fma(row, 2.5, col)
+    tk.static_assert(r.dtype == EXPECT, f"fma: {col.dtype}, {row.dtype}, {s.dtype} -> {r.dtype}")
+    Out.tile((M, N), (0, 0)).store(r)
+
+
+@tk.kernel
 def cast(X, Out, n, DT: tk.constexpr, VIA: tk.constexpr, BLOCK: tk.constexpr):
     offs = block_offsets(BLOCK)
     m = offs < n

@@ -593,6 +593,88 @@ def test_where(mode, dtype):
 
 
 # =================================================================================================
+# fma
+# =================================================================================================
+
+
+def _round_fraction_to_f32(e) -> np.float32:
+    """A rational rounded once to the nearest float32 (ties to even), by comparing it with
+    the neighbours of its float64 rounding."""
+    from fractions import Fraction
+
+    near = np.float32(float(e))
+    if not np.isfinite(near):
+        return near
+    cands = [c for c in (np.nextafter(near, np.float32(-np.inf)), near,
+                         np.nextafter(near, np.float32(np.inf))) if np.isfinite(c)]
+    return min(cands, key=lambda c: (abs(Fraction(float(c)) - e),
+                                     int(np.array(c).view(np.uint32)) & 1))
+
+
+def fma_reference(x, y, z, dtype) -> np.ndarray:
+    """``x * y + z`` exactly (rationals), rounded once to float32 or float64; float16 and
+    bfloat16 round that float32 result to their type, as the language says."""
+    from fractions import Fraction
+
+    out = []
+    for a, b, c in zip(*(np.asarray(v, np.float64).tolist() for v in (x, y, z))):
+        if not all(map(math.isfinite, (a, b, c))):
+            out.append(c if math.isfinite(a) and math.isfinite(b) else a * b + c)
+            continue
+        exact = Fraction(a) * Fraction(b) + Fraction(c)
+        if exact == 0:
+            out.append(a * b + c)  # an exact zero's sign, as IEEE addition gives it
+        elif np.dtype(dtype) == f64:
+            out.append(float(exact))
+        else:
+            out.append(float(_round_fraction_to_f32(exact)))
+    return round_to(np.array(out, np.float64), dtype)
+
+
+@pytest.mark.parametrize("n", [1, 97, 4097])
+@pytest.mark.parametrize("dtype", [f16, bf16, f32, f64], ids=ids)
+def test_fma_rounds_once(dtype, n):
+    """``tk.fma``: the exact ``x * y + z`` rounded once (16-bit floats: in float32, then to
+    their type), special values included; ``z`` near ``-x * y`` makes the product's
+    low bits the whole result, where a separate multiply and add give 0 or garbage."""
+    rng = rng_for("fma", dtype, n)
+    x, y, z = (rand(rng, n, dtype, -100, 100) for _ in range(3))
+    if n >= 16:
+        half = n // 2
+        z[:half] = round_to(-(x[:half].astype(f64) * y[:half].astype(f64)), dtype)
+        sp = special_floats(dtype)
+        x[: len(sp)], y[: len(sp)], z[-len(sp):] = sp, sp[::-1], sp
+    out = poison(n, dtype)
+    run(K.fma, grid1(n), x, y, z, out, n, BLOCK=BLOCK)
+    assert_exact(out, fma_reference(x, y, z, dtype), f"fma {dtype} n={n}", signed_zeros=True)
+
+
+# (X, Y, the scalar s, the second fma's type, the result's): the first fma takes all three
+# operands' type, the second its two tiles' (a Python number takes the tiles' type, or
+# float32 with integer tiles), the sum the wider of the two
+FMA_MIXED = [(f32, f32, np.float32, f32, f32), (bf16, bf16, np.float32, bf16, f32),
+             (f16, f16, np.float16, f16, f16), (i32, i32, np.int32, f32, f32),
+             (f16, f32, np.float16, f32, f32)]
+
+
+@pytest.mark.parametrize("xt,yt,st,tt,rt", FMA_MIXED, ids=lambda v: np.dtype(v).name)
+def test_fma_broadcasts_and_promotes(xt, yt, st, tt, rt):
+    """A column, a row, a runtime scalar and a Python number: broadcast like arithmetic,
+    promoted to one type (integers to float32)."""
+    M, N = 33, 47
+    rng = rng_for("fma_mixed", xt, yt, st)
+    x, y = rand(rng, M, xt, -9, 9), rand(rng, N, yt, -9, 9)
+    s = st(1.25)
+    out = poison((M, N), rt)
+    run(K.fma_mixed, (1,), x, y, out, s, M=M, N=N, EXPECT=TK[np.dtype(rt)])
+    col, row = (np.broadcast_to(v, (M, N)).ravel() for v in (x[:, None], y[None, :]))
+    first = fma_reference(col.astype(rt), row.astype(rt), np.full(M * N, s, rt), rt)
+    second = fma_reference(row.astype(tt), np.full(M * N, 2.5, tt), col.astype(tt), tt)
+    ref = round_to(first.astype(f64) + second.astype(f64), rt).reshape(M, N)
+    assert_exact(out, ref, f"fma mixed {xt} {yt} {st}")
+
+
+# =================================================================================================
 # Casts
 # =================================================================================================
 

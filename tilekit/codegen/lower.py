@@ -635,6 +635,13 @@ def _select(L: KernelLowering, op: Operation) -> None:
     L.define(op.result, [S.select(L.b, p, a, b) for p, a, b in zip(c, x, y)])
 
 
+@rule("fma")
+def _fma(L: KernelLowering, op: Operation) -> None:
+    x, y, z = _zip_regs(L, op)
+    dt = dtype_of(op.operands[0])
+    L.define(op.result, [S.fma(L.b, dt, a, b, c) for a, b, c in zip(x, y, z)])
+
+
 @rule("cast")
 def _cast(L: KernelLowering, op: Operation) -> None:
     (x,) = _zip_regs(L, op)

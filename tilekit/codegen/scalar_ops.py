@@ -257,6 +257,12 @@ def select(b: ir.IRBuilder, cond: ir.Value, x: ir.Value, y: ir.Value) -> ir.Valu
     return b.select(cond, x, y)
 
 
+def fma(b: ir.IRBuilder, dtype: DType, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+    """``x * y + z`` rounded once (``llvm.fma``: PTX ``fma.rn``, AMDGPU ``v_fma``); 16-bit
+    floats fused in float32, then rounded to their type, as the reference does."""
+    return _down(b, dtype, intrinsic(b, "fma", *(_up(b, dtype, v) for v in (x, y, z))))
+
+
 # --- casts ------------------------------------------------------------------------------------
 
 def cast(b: ir.IRBuilder, src: DType, dst: DType, x: ir.Value) -> ir.Value:
@@ -361,5 +367,6 @@ def combine(b: ir.IRBuilder, math: MathLib, kind: ReduceKind, dtype: DType, x: i
 
 __all__ = [
     "BFloatType", "accumulation_dtype", "binary", "bitcast", "cast", "combine", "compare",
-    "constant", "from_memory", "llvm_type", "memory_type", "select", "to_memory", "unary",
+    "constant", "fma", "from_memory", "llvm_type", "memory_type", "select", "to_memory",
+    "unary",
 ]

@@ -95,3 +95,53 @@ def erf(x: np.ndarray) -> np.ndarray:
 
     flat = np.asarray(x, dtype=np.float64)
     return np.vectorize(math.erf, otypes=[np.float64])(flat) if flat.size else flat.copy()
+
+
+def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` rounded once to nearest-even, for float32 or float64 arrays of one type.
+
+    float32 goes through float64: the product is exact there (48 bits), the sum is rounded
+    *to odd* (a sticky last bit from its exact error, ``two_sum``), and 53 >= 24 + 2 bits
+    make the final rounding to float32 exact. float64 has no wider type in numpy: each
+    element goes through ``math.fma`` (Python 3.13+) or exact rationals."""
+    a, b, c = (np.asarray(v) for v in (a, b, c))
+    if a.dtype == np.float64:
+        return _fma64(a, b, c)
+    with np.errstate(all="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)
+        c64 = c.astype(np.float64)
+        s = p + c64
+        virtual = s - p
+        err = (p - (s - virtual)) + (c64 - virtual)  # two_sum: p + c == s + err exactly
+        even = (s.view(np.int64) & 1) == 0
+        sticky = np.isfinite(s) & (err != 0) & even
+        s = np.where(sticky, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(a.dtype)
+
+
+def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    import math
+
+    exact = getattr(math, "fma", None) or _fma64_scalar
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    flat = [np.broadcast_to(v, shape).ravel().tolist() for v in (a, b, c)]
+    return np.array([exact(x, y, z) for x, y, z in zip(*flat)],
+                    dtype=np.float64).reshape(shape)
+
+
+def _fma64_scalar(x: float, y: float, z: float) -> float:
+    """One float64 ``x * y + z`` rounded once, through exact rationals (no math.fma)."""
+    import math
+    from fractions import Fraction
+
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return x * y + z  # inf * 0 is NaN; inf + -inf is NaN; as IEEE fma
+    if not math.isfinite(z):
+        return z  # a finite product cannot cancel an infinity (nor overflow into one)
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    if exact == 0:
+        return x * y + z  # the sign of an exact zero: -0 only for (-0) + (-0)
+    try:
+        return float(exact)  # correctly rounded
+    except OverflowError:
+        return math.inf if exact > 0 else -math.inf

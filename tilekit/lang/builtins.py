@@ -104,6 +104,14 @@ def where(cond: Any, a: Any, b: Any) -> Tile:
     return semantics.where(cond, a, b)
 
 
+def fma(a: Any, b: Any, c: Any) -> Tile:
+    """``a * b + c`` rounded once (a fused multiply-add), broadcast and promoted like
+    arithmetic; integers and bools compute in float32. Where a separate ``a * b + c`` rounds
+    the product too, this is one instruction and one rounding (float16 and bfloat16 fuse in
+    float32, then round to their type)."""
+    return semantics.fma(a, b, c)
+
+
 def maximum(a: Any, b: Any) -> Tile:
     """Elementwise maximum; a NaN in either operand gives NaN."""
     return semantics.binary("maximum", a, b)

@@ -202,6 +202,20 @@ def where(cond: Any, a: Any, b: Any) -> Tile:
     return _emit1("select", {"cond": c.value, "a": x.value, "b": y.value})
 
 
+def fma(a: Any, b: Any, c: Any) -> Tile:
+    tiles = [v for v in (a, b, c) if isinstance(v, Tile)]
+    like = tiles[0].dtype if tiles else None  # Python numbers take the first tile's type
+    x, y, z = (v if isinstance(v, Tile) else to_tile(v, like) if like else to_tile(v)
+               for v in (a, b, c))
+    dtype = promote(promote(x.dtype, y.dtype), z.dtype)
+    if not dtype.is_float:
+        dtype = DType.FLOAT32
+    shape = broadcast_shapes(broadcast_shapes(x.shape, y.shape, " in tk.fma"), z.shape,
+                             " in tk.fma")
+    x, y, z = (broadcast_to(cast(v, dtype), shape) for v in (x, y, z))
+    return _emit1("fma", {"a": x.value, "b": y.value, "c": z.value})
+
+
 def _axis(x: Tile, axis: Any, rank: int | None = None) -> int:
     rank = x.ndim if rank is None else rank
     if isinstance(axis, Tile) or not isinstance(axis, (int, np.integer)):

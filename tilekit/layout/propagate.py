@@ -62,7 +62,7 @@ from tilekit.layout.tile_layouts import (
 __all__ = ["LayoutOptions", "assign_layouts", "plan_convert"]
 
 ELEMENTWISE = frozenset(BINARY) | frozenset(COMPARE) | frozenset(UNARY) | {
-    "select", "cast", "bitcast"}
+    "select", "fma", "cast", "bitcast"}
 MEMORY = frozenset({"load", "store", "atomic"})
 #: Tile views of global memory and of pipeline stages: anchored by their tile shape.
 TILE_MEMORY = frozenset({"tile_load", "tile_store", "smem_read", "smem_write", "copy_g2s"})

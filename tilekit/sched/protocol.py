@@ -51,7 +51,7 @@ DATA_OPS = frozenset({"program_id", "num_programs"})
 
 #: Ops whose references are elementwise numpy: a loop's index arithmetic runs through them
 #: once for every iteration at the same time.
-ELEMENTWISE = frozenset({*BINARY, *COMPARE, *UNARY, "select", "cast"})
+ELEMENTWISE = frozenset({*BINARY, *COMPARE, *UNARY, "select", "fma", "cast"})
 
 #: The long run: enough rounds of every ring for its parities to wrap many times.
 LONG_RUN = 1000

@@ -205,6 +205,23 @@ define(
 )
 
 
+def _infer_fma(sig: Signature) -> list[TileType]:
+    a, b, c = tile(sig, "a"), tile(sig, "b"), tile(sig, "c")
+    same(a, b, "fma")
+    same(a, c, "fma")
+    float_only(a.dtype, "fma")
+    return [a.with_shape(a.shape)]
+
+
+define(
+    "fma", ["a", "b", "c"], _infer_fma,
+    lambda ctx, op, args: [numerics.in_compute(DType.from_numpy(args[0].dtype), numerics.fma,
+                                               *args)],
+    doc="fused multiply-add: a * b + c rounded once (16-bit floats: in float32, then "
+        "rounded to the type)",
+)
+
+
 def _infer_cast(sig: Signature) -> list[TileType]:
     x = tile(sig, "x")
     dtype = sig.attr("dtype")
