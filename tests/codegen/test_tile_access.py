@@ -208,6 +208,21 @@ def _centre_rows():
     return centre_rows
 
 
+def _rows_of_every_shift(dtype, cols, x_offset, y_offset, y_pad=0):
+    """(rows, X, Y's buffer, Y): ``cols``-wide views whose row pitch is one element more
+    than a multiple of 16 bytes, so row ``r`` starts ``r`` elements further along; one
+    row per shift and the first shift again; X and Y ``x_offset``/``y_offset`` elements
+    into their buffers, Y's pitch ``y_pad`` elements wider."""
+    from tests.codegen.simt import device_buffer, sentinel_free_values
+
+    width = 16 // np.dtype(dtype).itemsize
+    rows = width + 1
+    pitch = cols + (1 - cols) % width  # cols <= pitch, pitch = 1 (mod width)
+    _, x_rows = device_buffer(sentinel_free_values((rows, pitch), dtype), x_offset)
+    y_buffer, y_rows = device_buffer(np.zeros((rows, pitch + y_pad), dtype), y_offset)
+    return rows, x_rows[:, :cols], y_buffer, y_rows[:, :cols]
+
+
 @pytest.mark.parametrize("dtype,cols", [(np.float32, 521), (ml_dtypes.bfloat16, 1031),
                                         (np.int8, 2053), (np.int16, 1031), (np.float64, 263)],
                          ids=["f32", "bf16", "i8", "i16", "f64"])
@@ -217,14 +232,9 @@ def test_emulated_row_copies_through_windows_in_every_shift(dtype, cols, x_offse
     than a multiple of 16 bytes, so row ``r`` starts ``r`` elements further along; ``X``
     and ``Y`` in views offset differently, so a row's load and store shifts differ): the
     generated code, run on the host, copies each row exactly and writes nothing else."""
-    from tests.codegen.simt import device_buffer, emulate_each_block, sentinel_free_values
+    from tests.codegen.simt import emulate_each_block
 
-    width = 16 // np.dtype(dtype).itemsize
-    rows = width + 1  # every shift, and the first again
-    pitch = cols + (1 - cols) % width  # cols <= pitch, pitch = 1 (mod width)
-    _, x_rows = device_buffer(sentinel_free_values((rows, pitch), dtype), x_offset)
-    y_buffer, y_rows = device_buffer(np.zeros((rows, pitch + 2), dtype), y_offset)
-    x, y = x_rows[:, :cols], y_rows[:, :cols]
+    rows, x, y_buffer, y = _rows_of_every_shift(dtype, cols, x_offset, y_offset, y_pad=2)
     emulate_each_block(_copy_rows(), x, y_buffer, y, dict(N=cols), (rows,),
                        lambda r: np.s_[r:r + 1, :], x)
 
@@ -233,15 +243,10 @@ def test_emulated_row_copies_through_windows_in_every_shift(dtype, cols, x_offse
 def test_emulated_row_reductions_read_windows_in_every_shift(dtype):
     """The windowed registers feed a reduction and an element-wise op, then a store through
     the shift's switch: ``x - max(x)`` per row, in every shift, matches numpy."""
-    from tests.codegen.simt import device_buffer, emulate_each_block, sentinel_free_values
+    from tests.codegen.simt import emulate_each_block
 
     cols = 777
-    width = 16 // np.dtype(dtype).itemsize
-    rows = width + 1
-    pitch = cols + (1 - cols) % width
-    _, x_rows = device_buffer(sentinel_free_values((rows, pitch), dtype), 1)
-    y_buffer, y_rows = device_buffer(np.zeros((rows, pitch), dtype), 2)
-    x, y = x_rows[:, :cols], y_rows[:, :cols]
+    rows, x, y_buffer, y = _rows_of_every_shift(dtype, cols, 1, 2)
     x32 = x.astype(np.float32)
     want = (x32 - x32.max(axis=1, keepdims=True)).astype(dtype)
     emulate_each_block(_centre_rows(), x, y_buffer, y, dict(N=cols), (rows,),

@@ -135,12 +135,11 @@ def bitcast(x: Tile, dtype: DType) -> Tile:
     return _emit1("bitcast", {"x": x.value}, {"dtype": dtype})
 
 
-def _operands(a: Any, b: Any) -> tuple[Tile, Tile]:
-    if isinstance(a, Tile) and not isinstance(b, Tile):
-        return a, to_tile(b, a.dtype)
-    if isinstance(b, Tile) and not isinstance(a, Tile):
-        return to_tile(a, b.dtype), b
-    return to_tile(a), to_tile(b)
+def _operands(*values: Any) -> tuple[Tile, ...]:
+    """The operands as tiles: Python numbers take the first tile's type (weakly typed)."""
+    like = next((v.dtype for v in values if isinstance(v, Tile)), None)
+    return tuple(v if isinstance(v, Tile) else to_tile(v, like) if like else to_tile(v)
+                 for v in values)
 
 
 def _result_dtype(op: str, a: DType, b: DType) -> DType:
@@ -203,10 +202,7 @@ def where(cond: Any, a: Any, b: Any) -> Tile:
 
 
 def fma(a: Any, b: Any, c: Any) -> Tile:
-    tiles = [v for v in (a, b, c) if isinstance(v, Tile)]
-    like = tiles[0].dtype if tiles else None  # Python numbers take the first tile's type
-    x, y, z = (v if isinstance(v, Tile) else to_tile(v, like) if like else to_tile(v)
-               for v in (a, b, c))
+    x, y, z = _operands(a, b, c)
     dtype = promote(promote(x.dtype, y.dtype), z.dtype)
     if not dtype.is_float:
         dtype = DType.FLOAT32
