@@ -2,7 +2,8 @@
 
 One kernel of four arguments (two tensors, an int, a constexpr: ``Y = X + 1`` over
 ``n`` elements), launched thousands of times from Python. Each variant runs ``--rounds``
-rounds of ``--launches`` launches; a round is timed with ``time.perf_counter`` around
+rounds of ``--launches`` launches, the variants' rounds interleaved (so that a busy spell
+of a shared host slows them alike); a round is timed with ``time.perf_counter`` around
 the loop, launches are not synchronized until the round ends (the synchronization is
 not in the time), and the figure is the median round's microseconds per launch.
 
@@ -33,7 +34,7 @@ Also timed alone: the fast path's key (``Dispatcher.key_fn``, and the native lau
 (argtypes), Triton >= 2.5x tilekit.
 ``bench/dispatch_cpu.py`` times the same fast path without a GPU, piece by piece.
 
-    python3 bench/dispatch.py [--out DIR] [--launches 5000] [--rounds 5]
+    python3 bench/dispatch.py [--out DIR] [--launches 5000] [--rounds 9]
 """
 
 from __future__ import annotations
@@ -83,6 +84,28 @@ def build_triton() -> Any:
     return triton_add_one
 
 
+def interleaved_rounds_us(loops: dict[str, Any], launches: int, rounds: int
+                          ) -> dict[str, list[float]]:
+    """``rounds_us`` of each loop, the rounds interleaved (round i of every variant, then
+    round i + 1; the order rotates): a busy spell of the host slows every variant alike,
+    not the one that happened to be running, so the ratios hold on a noisy machine."""
+    import torch
+
+    for loop in loops.values():
+        loop(100)  # warm
+    torch.cuda.synchronize()
+    names = list(loops)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.perf_counter()
+            loops[name](launches)
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            out[name].append((t1 - t0) / launches * 1e6)
+    return out
+
+
 def rounds_us(loop: Any, launches: int, rounds: int) -> list[float]:
     """Microseconds per launch of each round (``loop(k)`` makes k launches)."""
     import torch
@@ -102,7 +125,7 @@ def rounds_us(loop: Any, launches: int, rounds: int) -> list[float]:
 def main() -> int:
     p = common.parser(__doc__.split("\n", 1)[0])
     p.add_argument("--launches", type=int, default=5000)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9)
     args = p.parse_args()
     torch = common.require_gpu()
     env = common.environment()
@@ -224,8 +247,8 @@ def main() -> int:
         print("# triton is not installed: no Triton row")
 
     results: dict[str, dict[str, Any]] = {}
-    for name, loop in variants:
-        per = rounds_us(loop, args.launches, args.rounds)
+    for name, per in interleaved_rounds_us(dict(variants), args.launches,
+                                           args.rounds).items():
         results[name] = {"us_per_launch": common.median(per), "rounds_us": per,
                          "launches_per_round": args.launches}
     slow = rounds_us(loop_slow, max(1, args.launches // 20), args.rounds)

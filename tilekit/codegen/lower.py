@@ -469,6 +469,35 @@ class KernelLowering:
             then_block = self.b.block
         return self.merge([value], then_block, [other], before)[0]
 
+    def guarded_loads(self, preds: Sequence[ir.Value | None], loads: Sequence[Callable[[], ir.Value]],
+                      others: Sequence[ir.Value]) -> list[ir.Value]:
+        """``select_load`` of each element, with one branch for each run of elements under
+        the same predicate: a tile's tail along a dim of extent 1 (a row past the tensor's
+        end) is one compare for the whole row, not one branch per element."""
+        out: list[ir.Value] = []
+        for pred, run in _runs(preds):
+            if pred is None:
+                out.extend(loads[k]() for k in run)
+                continue
+            before = self.b.block
+            with self.b.if_then(pred):
+                values = [loads[k]() for k in run]
+                then_block = self.b.block
+            out.extend(self.merge(values, then_block, [others[k] for k in run], before))
+        return out
+
+    def guarded_stores(self, preds: Sequence[ir.Value | None],
+                       stores: Sequence[Callable[[], object]]) -> None:
+        """``if_then_store`` of each element, one branch for each run under one predicate."""
+        for pred, run in _runs(preds):
+            if pred is None:
+                for k in run:
+                    stores[k]()
+                continue
+            with self.b.if_then(pred):
+                for k in run:
+                    stores[k]()
+
     def merge(self, a: Sequence[ir.Value], a_block: ir.Block, b: Sequence[ir.Value],
               b_block: ir.Block) -> list[ir.Value]:
         """Phis at the current block joining ``a`` (from ``a_block``) and ``b``."""
@@ -546,6 +575,15 @@ def layout_of(value: Value) -> TileLayout:
     if not isinstance(t, TileType) or not isinstance(t.layout, TileLayout):
         raise LoweringError(f"internal: value of type {t} has no layout")
     return t.layout
+
+
+def _runs(preds: Sequence[ir.Value | None]) -> Iterator[tuple[ir.Value | None, range]]:
+    """Maximal runs of consecutive positions whose predicate is the same value."""
+    start = 0
+    for k in range(1, len(preds) + 1):
+        if k == len(preds) or preds[k] is not preds[start]:
+            yield preds[start], range(start, k)
+            start = k
 
 
 def dtype_of(value: Value) -> DType:

@@ -339,6 +339,11 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         return L.select_load(preds[r], lambda: S.from_memory(
             b, b.load(element_ptr(L, t, offsets[r])), dt), pad)
 
+    def scalars(regs: Sequence[int]) -> list[ir.Value]:
+        return L.guarded_loads([preds[r] for r in regs], [
+            lambda r=r: S.from_memory(b, b.load(element_ptr(L, t, offsets[r])), dt)
+            for r in regs], [pad] * len(regs))
+
     def pieces_of(g: list[int], k: int) -> list[ir.Value]:
         vals = []
         for first, count in aligned_pieces(k, len(g)):
@@ -372,7 +377,7 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         else:
             def vector_path() -> list[ir.Value]:
                 return plan.per_class(L, pieces_of, lambda cls: sum(len(g) for g in cls))
-        values = _two_paths(L, plan.fast, vector_path, lambda: [scalar(r) for r in order])
+        values = _two_paths(L, plan.fast, vector_path, lambda: scalars(order))
         for r, v in zip(order, values):
             out[r] = v
     for g in tail:
@@ -380,7 +385,7 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
             out[g[0]] = scalar(g[0])
             continue
         values = _two_paths(L, _tail_condition(L, t, g, offsets, preds),
-                            lambda g=g: pieces_of(g, 0), lambda g=g: [scalar(r) for r in g])
+                            lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))
         for r, v in zip(g, values):
             out[r] = v
     return out
@@ -428,8 +433,8 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         return []
 
     def scalars(regs: Sequence[int]) -> list[ir.Value]:
-        for r in regs:
-            one(r)
+        L.guarded_stores([preds[r] for r in regs], [lambda r=r: b.store(
+            S.to_memory(b, values[r], dt), element_ptr(L, t, offsets[r])) for r in regs])
         return []
 
     def core_scalars(groups: Sequence[list[int]]) -> list[ir.Value]:
@@ -441,11 +446,14 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         if not (t.name in L.unit_inner and isinstance(enc, BlockedEncoding)
                 and enc.order[0] == lay.rank - 1):
             return scalars([r for g in groups for r in g])
+        regs, stores = [], []
         for g in groups:
             first = element_ptr(L, t, offsets[g[0]])
             for i, r in enumerate(g):
-                L.if_then_store(preds[r], lambda r=r, i=i, first=first: b.store(
+                regs.append(r)
+                stores.append(lambda r=r, i=i, first=first: b.store(
                     S.to_memory(b, values[r], dt), b.gep(first, [c32(i)]) if i else first))
+        L.guarded_stores([preds[r] for r in regs], stores)
         return []
 
     core, tail = split_groups(lay, vector_groups(L, lay, dt.itemsize))
