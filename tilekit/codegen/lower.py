@@ -469,7 +469,8 @@ class KernelLowering:
             then_block = self.b.block
         return self.merge([value], then_block, [other], before)[0]
 
-    def guarded_loads(self, preds: Sequence[ir.Value | None], loads: Sequence[Callable[[], ir.Value]],
+    def guarded_loads(self, preds: Sequence[ir.Value | None],
+                      loads: Sequence[Callable[[], ir.Value]],
                       others: Sequence[ir.Value]) -> list[ir.Value]:
         """``select_load`` of each element, with one branch for each run of elements under
         the same predicate: a tile's tail along a dim of extent 1 (a row past the tensor's
