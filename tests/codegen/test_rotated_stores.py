@@ -135,6 +135,42 @@ def test_emulated_transpose_writes_exactly_its_tile(tile, cls, offset):
                         lambda i, j: np.s_[j * BN:(j + 1) * BN, i * BM:(i + 1) * BM], x.T)
 
 
+@pytest.mark.parametrize("tile,cls,offset", [((256, 32), 3, 0), ((256, 64), 5, 1)],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_emulated_transpose_edge_warps_store_their_whole_groups_as_pieces(tile, cls, offset):
+    """Y's rows end 3 elements before its last tile column does (M = 2 BM - 3): in that
+    column every warp (one row each) fails the shuffles' vote; its lanes with every group
+    inside store them as pieces (a second switch on the shift), the last lane element by
+    element. Each element of Y written once, nothing outside."""
+    BM, BN = tile
+    M, N = 2 * BM - 3, BN + 5
+    pitch = M + (cls - M) % 8
+    module = transpose.trace(np.zeros((M, N), bf16), np.zeros((N, pitch), bf16)[:, :M],
+                             BM=BM, BN=BN)
+    assert _store_layout(module).encoding.threads_per_warp[0] == 1  # one row per warp
+    _, x = device_buffer(sentinel_free_values((M, N), bf16))
+    y_buffer, y_rows = device_buffer(np.zeros((N, pitch), bf16), offset)
+    y = y_rows[:, :M]
+    emulate_each_block(transpose, x, y_buffer, y, dict(BM=BM, BN=BN),
+                        (tk.cdiv(M, BM), tk.cdiv(N, BN)),
+                        lambda i, j: np.s_[j * BN:(j + 1) * BN, i * BM:(i + 1) * BM], x.T)
+
+
+def test_only_a_ragged_minor_dim_adds_the_edge_pieces():
+    """The pieces path costs code: a transpose whose Y rows are a multiple of the tile
+    (8192 x 8193: no edge warp) has one switch per row of a warp, 8191 x 8193 two."""
+    from tilekit.codegen import compile_module
+
+    def switches(m: int, n: int) -> int:
+        x, y = np.zeros((m, n), bf16), np.zeros((n, m), bf16)
+        module = transpose.trace(x, y, BM=256, BN=64)
+        compiled = compile_module(module, "sm_90a",
+                                  divisible=_facts(module, {"X": x, "Y": y}))
+        return compiled.llvm_ir.count("switch ")
+
+    assert switches(8191, 8193) == 2 * switches(8192, 8193) > 0
+
+
 @pytest.mark.parametrize("dtype,tile", [(bf16, (16, 64)), (np.float32, (16, 32)),
                                         (np.int8, (32, 64)), (np.float64, (32, 16))],
                          ids=["bf16", "f32", "i8", "f64"])

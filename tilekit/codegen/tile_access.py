@@ -298,6 +298,7 @@ class _CorePlan:
         self.aligned = _provably_aligned(L, t, lay, self.width, zero_dims)
         self.run = None if self.aligned or not shuffles else _shuffle_run(
             L, lay, core, t.dtype.itemsize)
+        self.lane_fast = self.fast  # this lane's own condition, before a warp vote
         if self.run:
             self.src, self.first, self.last = _lane_roles(L, self.run)
             self.fast = _warp_uniform(L, self.fast, self.shifts)
@@ -465,16 +466,34 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
                        lambda: _rotated_stores(L, t, plan, rotation, offsets, values),
                        lambda: core_scalars(core))
         else:
+            def slow_path() -> list[ir.Value]:
+                if plan.run is None or not _may_end_inside(L, t, lay):
+                    return core_scalars(core)
+                # A warp at the tensor's ragged edge (a transpose's last tile column):
+                # the lanes with every group inside store them as pieces, not elements.
+                return _two_paths(L, plan.lane_fast,
+                                  lambda: plan.per_class(L, pieces_of, lambda cls: 0),
+                                  lambda: core_scalars(core))
+
             _two_paths(L, plan.fast,
                        lambda: plan.per_class(L, realigned if plan.run else pieces_of,
                                               lambda cls: 0),
-                       lambda: core_scalars(core))
+                       slow_path)
     for g in tail:
         if len(g) == 1:
             one(g[0])
             continue
         _two_paths(L, _tail_condition(L, t, g, offsets, preds),
                    lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))
+
+
+def _may_end_inside(L: KernelLowering, t: TensorHandle, lay: TileLayout) -> bool:
+    """Whether the tensor may end inside the tile along the minor dim (its size not known
+    to be a multiple of the tile's extent there): then a warp's run of groups can be cut
+    short, and its vote for the shuffles fails in lanes that have all their data."""
+    enc = lay.encoding
+    minor = enc.order[0] if isinstance(enc, BlockedEncoding) else lay.rank - 1
+    return (t.name, minor, lay.shape[minor]) not in L.divisible
 
 
 # --- misaligned rows, several per warp: rotated runs (stores) ---------------------------------
