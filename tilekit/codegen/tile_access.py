@@ -27,7 +27,9 @@ group width) is read once per row of groups.
   on that shift (see the section below); when they span several rows, as rotated runs
   (predicated stores chosen by bit arithmetic, no branch). Elsewhere a store moves each
   group as a few naturally aligned pieces (shift 2 of a float4: two 8-byte halves;
-  shift 1: 4, 8, 4 bytes).
+  shift 1: 4, 8, 4 bytes). A warp that fails the shuffles' vote because the tensor
+  ends inside its row (a transpose's last tile column) stores the groups of its lanes
+  that lie inside as such pieces too, and only its last lanes element by element.
 
 With the bucket's facts (16-byte aligned base, 16-byte row strides) the shift is 0 and
 only the aligned case is emitted: unpredicated 128-bit accesses.
