@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from tilekit.errors import LayoutError
 from tilekit.ir.core import Block, Module, Operation, Value, clone_module
 from tilekit.ir.opdef import lookup
-from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY
+from tilekit.ir.ops.elementwise import PER_ELEMENT
 from tilekit.ir.types import SharedType, TensorType, TileType
 from tilekit.layout.mma_sync import FmaPath
 from tilekit.layout.tile_layouts import (
@@ -61,8 +61,7 @@ from tilekit.layout.tile_layouts import (
 
 __all__ = ["LayoutOptions", "assign_layouts", "plan_convert"]
 
-ELEMENTWISE = frozenset(BINARY) | frozenset(COMPARE) | frozenset(UNARY) | {
-    "select", "fma", "cast", "bitcast"}
+ELEMENTWISE = PER_ELEMENT | {"bitcast"}
 MEMORY = frozenset({"load", "store", "atomic"})
 #: Tile views of global memory and of pipeline stages: anchored by their tile shape.
 TILE_MEMORY = frozenset({"tile_load", "tile_store", "smem_read", "smem_write", "copy_g2s"})

@@ -34,7 +34,7 @@ from tilekit.diagnostic import Diagnostic
 from tilekit.errors import ScheduleError, SourceLoc
 from tilekit.ir.async_protocol import ProtocolRule, ProtocolState, ProtocolViolation, WouldBlock
 from tilekit.ir.core import Block, BlockArgument, Function, Module, Operation, OpResult, Value
-from tilekit.ir.ops.elementwise import BINARY, COMPARE, UNARY
+from tilekit.ir.ops.elementwise import PER_ELEMENT
 from tilekit.ir.roles import RoleDeadlock, RoleScheduler
 from tilekit.ir.types import TensorType, TileType
 
@@ -51,7 +51,7 @@ DATA_OPS = frozenset({"program_id", "num_programs"})
 
 #: Ops whose references are elementwise numpy: a loop's index arithmetic runs through them
 #: once for every iteration at the same time.
-ELEMENTWISE = frozenset({*BINARY, *COMPARE, *UNARY, "select", "fma", "cast"})
+ELEMENTWISE = PER_ELEMENT
 
 #: The long run: enough rounds of every ring for its parities to wrap many times.
 LONG_RUN = 1000

@@ -253,3 +253,11 @@ define(
     lambda ctx, op, args: [np.array(args[0], order="C").view(op.attrs["dtype"].np)],
     doc="reinterpret the bits as another type of the same width",
 )
+
+
+#: The ops that compute each element from the same element of their operands, with numpy
+#: references that do the same on arrays of any shape: layout propagation gives their
+#: results their operands' layout, and the pipeline protocol check evaluates them on all
+#: of a loop's iterations at once. (``bitcast`` is per element too; the protocol check,
+#: whose loops carry index arithmetic only, leaves it out.)
+PER_ELEMENT = frozenset({*BINARY, *COMPARE, *UNARY, "select", "fma", "cast"})
