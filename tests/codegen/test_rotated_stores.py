@@ -125,7 +125,13 @@ EMULATED = ([((64, 64), c, 0) for c in range(8)] + [(t, 3, 0) for t in TILES[1:]
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
 def test_emulated_transpose_writes_exactly_its_tile(tile, cls, offset):
     BM, BN = tile
-    M, N = BM + 9, BN + 5  # a full tile and a ragged one along each dim
+    _emulate_transpose(BM, BN, BM + 9, BN + 5, cls, offset)  # a full and a ragged tile
+
+
+def _emulate_transpose(BM, BN, M, N, cls, offset):
+    """The transpose of an M x N bf16 matrix into rows of pitch ``M`` rounded up to the
+    class ``cls`` (mod 8 elements), ``offset`` elements into their buffer, run block by
+    block on the host: each block writes exactly its tile."""
     pitch = M + (cls - M) % 8
     _, x = device_buffer(sentinel_free_values((M, N), bf16))
     y_buffer, y_rows = device_buffer(np.zeros((N, pitch), bf16), offset)
@@ -144,16 +150,9 @@ def test_emulated_transpose_edge_warps_store_their_whole_groups_as_pieces(tile, 
     element. Each element of Y written once, nothing outside."""
     BM, BN = tile
     M, N = 2 * BM - 3, BN + 5
-    pitch = M + (cls - M) % 8
-    module = transpose.trace(np.zeros((M, N), bf16), np.zeros((N, pitch), bf16)[:, :M],
-                             BM=BM, BN=BN)
+    module = transpose.trace(np.zeros((M, N), bf16), np.zeros((N, M), bf16), BM=BM, BN=BN)
     assert _store_layout(module).encoding.threads_per_warp[0] == 1  # one row per warp
-    _, x = device_buffer(sentinel_free_values((M, N), bf16))
-    y_buffer, y_rows = device_buffer(np.zeros((N, pitch), bf16), offset)
-    y = y_rows[:, :M]
-    emulate_each_block(transpose, x, y_buffer, y, dict(BM=BM, BN=BN),
-                        (tk.cdiv(M, BM), tk.cdiv(N, BN)),
-                        lambda i, j: np.s_[j * BN:(j + 1) * BN, i * BM:(i + 1) * BM], x.T)
+    _emulate_transpose(BM, BN, M, N, cls, offset)
 
 
 def test_only_a_ragged_minor_dim_adds_the_edge_pieces():
