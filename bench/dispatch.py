@@ -86,7 +86,8 @@ def build_triton() -> Any:
 
 def interleaved_rounds_us(loops: dict[str, Any], launches: int, rounds: int
                           ) -> dict[str, list[float]]:
-    """``rounds_us`` of each loop, the rounds interleaved (round i of every variant, then
+    """Microseconds per launch of each round of each loop (``loop(k)`` makes k launches,
+    warmed first), the rounds interleaved (round i of every variant, then
     round i + 1; the order rotates): a busy spell of the host slows every variant alike,
     not the one that happened to be running, so the ratios hold on a noisy machine."""
     import torch
@@ -107,19 +108,8 @@ def interleaved_rounds_us(loops: dict[str, Any], launches: int, rounds: int
 
 
 def rounds_us(loop: Any, launches: int, rounds: int) -> list[float]:
-    """Microseconds per launch of each round (``loop(k)`` makes k launches)."""
-    import torch
-
-    loop(100)  # warm
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        loop(launches)
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        out.append((t1 - t0) / launches * 1e6)
-    return out
+    """``interleaved_rounds_us`` of one loop."""
+    return interleaved_rounds_us({"loop": loop}, launches, rounds)["loop"]
 
 
 def main() -> int:

@@ -453,21 +453,11 @@ class KernelLowering:
     # --- predicated memory -------------------------------------------------------------------
 
     def if_then_store(self, pred: ir.Value | None, store) -> None:
-        if pred is None:
-            store()
-            return
-        with self.b.if_then(pred):
-            store()
+        self.guarded_stores([pred], [store])
 
     def select_load(self, pred: ir.Value | None, load, other: ir.Value) -> ir.Value:
         """``load()`` where ``pred`` holds, else ``other``, touching no memory otherwise."""
-        if pred is None:
-            return load()
-        before = self.b.block
-        with self.b.if_then(pred):
-            value = load()
-            then_block = self.b.block
-        return self.merge([value], then_block, [other], before)[0]
+        return self.guarded_loads([pred], [load], [other])[0]
 
     def guarded_loads(self, preds: Sequence[ir.Value | None],
                       loads: Sequence[Callable[[], ir.Value]],

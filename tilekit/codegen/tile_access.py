@@ -338,10 +338,6 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
     dt = t.dtype
     out: list[ir.Value] = [None] * len(offsets)  # type: ignore[list-item]
 
-    def scalar(r: int) -> ir.Value:
-        return L.select_load(preds[r], lambda: S.from_memory(
-            b, b.load(element_ptr(L, t, offsets[r])), dt), pad)
-
     def scalars(regs: Sequence[int]) -> list[ir.Value]:
         return L.guarded_loads([preds[r] for r in regs], [
             lambda r=r: S.from_memory(b, b.load(element_ptr(L, t, offsets[r])), dt)
@@ -385,7 +381,7 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
             out[r] = v
     for g in tail:
         if len(g) == 1:
-            out[g[0]] = scalar(g[0])
+            (out[g[0]],) = scalars(g)
             continue
         values = _two_paths(L, _tail_condition(L, t, g, offsets, preds),
                             lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))
@@ -401,10 +397,6 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
     """Store the registers where ``preds`` holds; ``zero_dims`` as for ``tile_gather``."""
     b = L.b
     dt = t.dtype
-
-    def one(r: int) -> None:
-        L.if_then_store(preds[r], lambda: b.store(S.to_memory(b, values[r], dt),
-                                                  element_ptr(L, t, offsets[r])))
 
     def part(g: list[int], first: int, count: int, shift: int) -> list[ir.Value]:
         """Elements ``first..first+count`` of group ``g`` (address shift ``shift``), as
@@ -483,7 +475,7 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
                        slow_path)
     for g in tail:
         if len(g) == 1:
-            one(g[0])
+            scalars(g)
             continue
         _two_paths(L, _tail_condition(L, t, g, offsets, preds),
                    lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))

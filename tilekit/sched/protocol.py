@@ -49,9 +49,6 @@ ASYNC_OPS = frozenset({
 #: Pure ops whose values are data all the same (where this program runs).
 DATA_OPS = frozenset({"program_id", "num_programs"})
 
-#: Ops whose references are elementwise numpy: a loop's index arithmetic runs through them
-#: once for every iteration at the same time.
-ELEMENTWISE = PER_ELEMENT
 
 #: The long run: enough rounds of every ring for its parities to wrap many times.
 LONG_RUN = 1000
@@ -464,7 +461,7 @@ class _Run:
                     vectors[id(op.result)] = op.opdef.reference(None, op, [])[0]
                     continue  # the same on every iteration
                 inside.update(id(r) for r in op.results)
-                if top and self.plan.kind[id(op)] == _SCALAR and op.name in ELEMENTWISE:
+                if top and self.plan.kind[id(op)] == _SCALAR and op.name in PER_ELEMENT:
                     candidates.append(op)
                 for region in op.regions:
                     for inner in region.blocks:
