@@ -166,3 +166,77 @@ def test_a_failed_prefetch_raises_where_libdevice_is_linked():
     mod = driver.parse_ir(kernel_text(True), SM90, "k")
     with pytest.raises(LoweringError, match="linking libdevice into `k` failed: .*bitcode"):
         driver.link_math(mod, SM90, "k", prefetched=prefetch)
+
+
+# --- finding libdevice -------------------------------------------------------------------
+
+
+class _Pathfinder:
+    """A stand-in ``cuda.pathfinder`` that records whether it was asked."""
+
+    def __init__(self, answer: str) -> None:
+        self.asked, self.answer = 0, answer
+
+    def find_bitcode_lib(self, name: str) -> str:
+        self.asked += 1
+        return self.answer
+
+
+@pytest.mark.parametrize("folder", ["cu13/nvvm/libdevice", "cuda_nvcc/nvvm/libdevice"])
+def test_libdevice_in_a_wheel_is_found_without_asking_the_pathfinder(tmp_path, monkeypatch,
+                                                                     folder):
+    from tilekit.codegen import libdevice
+
+    (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / folder / "libdevice.10.bc").write_bytes(b"BC")
+    pathfinder = _Pathfinder("/elsewhere/libdevice.10.bc")
+    _no_toolkit_variables(monkeypatch)
+    monkeypatch.setitem(sys.modules, "cuda.pathfinder", pathfinder)
+    monkeypatch.setattr(libdevice, "_nvidia_roots", lambda: [str(tmp_path / "none"),
+                                                             str(tmp_path)])
+    assert libdevice.find_libdevice() == str(tmp_path / folder / "libdevice.10.bc")
+    assert pathfinder.asked == 0
+
+
+def _no_toolkit_variables(monkeypatch) -> None:
+    for var in ("TILEKIT_LIBDEVICE", "CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.parametrize("var", ["CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH"])
+def test_libdevice_of_a_named_toolkit_is_found_without_asking_the_pathfinder(
+        tmp_path, monkeypatch, var):
+    from tilekit.codegen import libdevice
+
+    (tmp_path / "nvvm" / "libdevice").mkdir(parents=True)
+    (tmp_path / "nvvm" / "libdevice" / "libdevice.10.bc").write_bytes(b"BC")
+    pathfinder = _Pathfinder("/elsewhere/libdevice.10.bc")
+    _no_toolkit_variables(monkeypatch)
+    monkeypatch.setenv(var, str(tmp_path))
+    monkeypatch.setitem(sys.modules, "cuda.pathfinder", pathfinder)
+    monkeypatch.setattr(libdevice, "_nvidia_roots", lambda: [])
+    assert libdevice.find_libdevice() == str(tmp_path / "nvvm/libdevice/libdevice.10.bc")
+    assert pathfinder.asked == 0
+
+
+def test_libdevice_elsewhere_is_the_pathfinders_answer(tmp_path, monkeypatch):
+    from tilekit.codegen import libdevice
+
+    (tmp_path / "cu13").mkdir()  # a wheel folder without the bitcode
+    pathfinder = _Pathfinder("/opt/cuda/nvvm/libdevice/libdevice.10.bc")
+    _no_toolkit_variables(monkeypatch)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-toolkit-here"))
+    monkeypatch.setitem(sys.modules, "cuda.pathfinder", pathfinder)
+    monkeypatch.setattr(libdevice, "_nvidia_roots", lambda: [str(tmp_path)])
+    assert libdevice.find_libdevice() == pathfinder.answer
+    assert pathfinder.asked == 1
+
+
+def test_the_libdevice_variable_comes_first(tmp_path, monkeypatch):
+    from tilekit.codegen import libdevice
+
+    mine = tmp_path / "mine.bc"
+    mine.write_bytes(b"BC")
+    monkeypatch.setenv("TILEKIT_LIBDEVICE", str(mine))
+    monkeypatch.setattr(libdevice, "_nvidia_roots", lambda: pytest.fail("searched the wheels"))
+    assert libdevice.find_libdevice() == str(mine)

@@ -65,3 +65,75 @@ def test_unknown_arch_is_a_lowering_error() -> None:
 
 def test_version() -> None:
     assert link.version() is not None and link.version().count(".") == 1
+
+
+# --- nvJitLink's own cache -----------------------------------------------------------------
+
+
+class _FakeLinker:
+    """nvJitLink's calls as ``link_ptx`` makes them, recording each handle's options; an
+    older linker refuses ``-no-cache`` (``knows_no_cache=False``)."""
+
+    class nvJitLinkError(Exception):
+        pass
+
+    class InputType:
+        PTX = 1
+
+    def __init__(self, knows_no_cache: bool) -> None:
+        self.knows_no_cache, self.created = knows_no_cache, []
+
+    def create(self, count, options):
+        if not self.knows_no_cache and link.NO_CACHE in options:
+            raise self.nvJitLinkError("ERROR_UNRECOGNIZED_OPTION")
+        if options[0] not in ("-arch=sm_80", "-arch=sm_90a"):
+            raise self.nvJitLinkError("ERROR_UNRECOGNIZED_OPTION")
+        self.created.append(list(options))
+        return len(self.created)
+
+    def add_data(self, *args):
+        pass
+
+    def complete(self, handle):
+        pass
+
+    def get_linked_cubin_size(self, handle):
+        return 4
+
+    def get_linked_cubin(self, handle, buf):
+        buf[:] = b"\x7fELF"
+
+    def destroy(self, handle):
+        pass
+
+
+@pytest.fixture
+def fake_linker(monkeypatch):
+    def install(knows_no_cache: bool) -> _FakeLinker:
+        fake = _FakeLinker(knows_no_cache)
+        monkeypatch.setattr(link, "_nvjitlink", lambda: fake)
+        monkeypatch.setattr(link, "_refuses_no_cache", False)
+        return fake
+    return install
+
+
+def test_links_without_nvjitlinks_own_cache(fake_linker) -> None:
+    fake = fake_linker(knows_no_cache=True)
+    assert link.link_ptx(vector_add_ptx(), "sm_90a") == b"\x7fELF"
+    assert fake.created == [["-arch=sm_90a", link.NO_CACHE]]
+
+
+def test_a_linker_without_the_option_links_as_before(fake_linker) -> None:
+    fake = fake_linker(knows_no_cache=False)
+    assert link.link_ptx(vector_add_ptx(), "sm_90a") == b"\x7fELF"
+    assert link.link_ptx(vector_add_ptx(), "sm_80") == b"\x7fELF"
+    assert fake.created == [["-arch=sm_90a"], ["-arch=sm_80"]]  # asked once with it
+
+
+def test_an_unknown_arch_is_not_taken_for_a_refused_option(fake_linker) -> None:
+    fake = fake_linker(knows_no_cache=True)
+    with pytest.raises(LoweringError, match="sm_12345"):
+        link.link_ptx(vector_add_ptx(), "sm_12345")
+    assert not link._refuses_no_cache
+    assert link.link_ptx(vector_add_ptx(), "sm_90a") == b"\x7fELF"
+    assert fake.created[-1] == ["-arch=sm_90a", link.NO_CACHE]

@@ -247,11 +247,14 @@ class KernelLowering:
         self.physical_warp = self.pb.lshr(self.physical_tid, c32(shift))
 
     def _wgmma_stages(self) -> bool:
-        """Whether a pipeline ring is laid out for wgmma (``wgmma_plan.WgmmaStage``)."""
+        """Whether a pipeline ring is laid out for wgmma (``wgmma_plan.WgmmaStage``; a
+        kernel without rings does not import it)."""
+        allocs = [op for op in self.fn.walk() if op.name == "smem_alloc"]
+        if not allocs:
+            return False
         from tilekit.layout.wgmma_plan import WgmmaStage
 
-        return any(op.name == "smem_alloc" and isinstance(op.result.type.layout, WgmmaStage)
-                   for op in self.fn.walk())
+        return any(isinstance(op.result.type.layout, WgmmaStage) for op in allocs)
 
     def _strides(self, strides: list[ir.Value], t: TensorType, name: str) -> list[ir.Value]:
         """The strides as code may assume them (the specialization's bucket facts): the

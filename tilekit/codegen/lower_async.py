@@ -103,6 +103,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
@@ -126,9 +127,10 @@ from tilekit.ir.core import Block, Function, Operation, Value
 from tilekit.ir.dtypes import DType
 from tilekit.ir.opdef import Effect
 from tilekit.ir.types import SharedType, TileType
-from tilekit.layout.mma_sync import ChunkSwizzle, StagedOperand
 from tilekit.layout.tile_layouts import BlockedEncoding, TileLayout
-from tilekit.layout.wgmma_plan import WgmmaStage
+
+if TYPE_CHECKING:  # the dot's stage layouts: imported by the rules of pipelined kernels
+    from tilekit.layout.mma_sync import ChunkSwizzle
 
 #: Every stage starts on this boundary (the planner's, TMA's destination alignment).
 STAGE_ALIGN = 128
@@ -394,6 +396,8 @@ def copy_boxes(op: Operation) -> tuple[tuple[int, ...], str,
     """The TMA box of a ``copy_g2s``/``copy_s2g``, its swizzle (a ``tma.Swizzle`` name) and
     ``(origin, byte offset in the stage)`` of each box: a wgmma stage's swizzled boxes
     (``WgmmaStage``), else ``tma_box``'s row-major split."""
+    from tilekit.layout.wgmma_plan import WgmmaStage
+
     ring = op.operand("dst" if op.name == "copy_g2s" else "src").type
     if isinstance(ring, SharedType) and isinstance(ring.layout, WgmmaStage):
         stage = ring.layout
@@ -437,6 +441,8 @@ class BarrierRing:
 def _swizzle(t: SharedType) -> ChunkSwizzle | None:
     """The stage's chunk swizzle (a 16-bit 2-D tile laid out for ``ldmatrix``), or None
     when the stage is row-major."""
+    from tilekit.layout.mma_sync import ChunkSwizzle
+
     sw = t.layout
     if isinstance(sw, ChunkSwizzle) and len(t.shape) == 2 and t.dtype.itemsize == 2 \
             and (sw.rows, sw.cols) == tuple(t.shape):
@@ -580,6 +586,8 @@ def _pipeline(L: KernelLowering, op: Operation) -> None:
 
 @rule("smem_alloc")
 def _smem_alloc(L: KernelLowering, op: Operation) -> None:
+    from tilekit.layout.wgmma_plan import WgmmaStage
+
     t = op.result.type
     assert isinstance(t, SharedType)
     if t.layout is not None and _swizzle(t) is None and not isinstance(t.layout, WgmmaStage):
@@ -736,6 +744,8 @@ def _jitter(L: KernelLowering) -> None:
 
 @rule("copy_g2s")
 def _copy_g2s(L: KernelLowering, op: Operation) -> None:
+    from tilekit.layout.wgmma_plan import WgmmaStage
+
     _jitter(L)
     engine = op.attrs["engine"]
     ring = _ring(L, op.operand("dst"))
@@ -1011,6 +1021,9 @@ def _load_stage(L: KernelLowering, ring: Ring, stage: ir.Value, lay: TileLayout,
 
 @rule("smem_read")
 def _smem_read(L: KernelLowering, op: Operation) -> None:
+    from tilekit.layout.mma_sync import StagedOperand
+    from tilekit.layout.wgmma_plan import WgmmaStage
+
     _jitter(L)
     ring = _ring(L, op.operand("src"))
     stage = ring.stage(L, _scalar32(L, op.operand("slot")))

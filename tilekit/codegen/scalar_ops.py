@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import ml_dtypes
 import numpy as np
 from llvmlite import ir
 from llvmlite.ir.types import _BaseFloatType
@@ -43,6 +42,8 @@ class BFloatType(_BaseFloatType):
         return "bfloat"
 
     def format_constant(self, value: float) -> str:
+        import ml_dtypes  # 5-10 ms to import: only for kernels with bfloat16 constants
+
         bits = int(np.asarray(value, dtype=ml_dtypes.bfloat16).view(np.uint16))
         return f"0xR{bits:04X}"
 

@@ -30,8 +30,9 @@ def cast(values: np.ndarray, dtype: DType) -> np.ndarray:
         return src
     if dtype.is_bool:
         return src != 0
-    # bfloat16 (ml_dtypes) has numpy kind "V", not "f": test for it by name
-    if dtype.is_int and (src.dtype.kind == "f" or src.dtype == DType.BFLOAT16.np):
+    # bfloat16 (ml_dtypes) has numpy kind "V", not "f": test for it by name (comparing
+    # with DType.BFLOAT16.np would import ml_dtypes for every int cast)
+    if dtype.is_int and (src.dtype.kind == "f" or src.dtype.name == "bfloat16"):
         info = np.iinfo(target)
         with np.errstate(invalid="ignore"):
             wide = np.trunc(src.astype(np.float64))

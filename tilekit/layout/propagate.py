@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tilekit.errors import LayoutError
 from tilekit.ir.core import Block, Module, Operation, Value, clone_module
 from tilekit.ir.opdef import lookup
 from tilekit.ir.ops.elementwise import PER_ELEMENT
 from tilekit.ir.types import SharedType, TensorType, TileType
-from tilekit.layout.mma_sync import FmaPath
 from tilekit.layout.tile_layouts import (
     BlockedEncoding,
     MmaEncoding,
@@ -81,8 +81,17 @@ class LayoutOptions:
     bank_target: str = "sm_90"
 
 
-#: A dot's decision: its mma.sync layouts (accumulator, A, B), or why it stays on FMA units.
-DotFit = tuple[TileLayout, TileLayout, TileLayout] | FmaPath
+if TYPE_CHECKING:  # mma_sync is imported by kernels with a dot, when laid out
+    from tilekit.layout.mma_sync import FmaPath
+
+    #: A dot's decision: its mma.sync layouts (accumulator, A, B), or why it stays on FMA
+    #: units.
+    DotFit = tuple[TileLayout, TileLayout, TileLayout] | FmaPath
+
+
+def _on_fma(fit: DotFit) -> bool:
+    """Whether a dot's decision keeps it on FMA units (an ``FmaPath``, not three layouts)."""
+    return not isinstance(fit, tuple)
 
 
 class _Assigner:
@@ -131,7 +140,7 @@ class _Assigner:
     def dot_fit(self, op: Operation) -> DotFit:
         """Whether ``op`` (a dot) runs on mma.sync with the running warps, and its layouts."""
         from tilekit.layout import banks
-        from tilekit.layout.mma_sync import mma_layouts, mma_sync_misfit
+        from tilekit.layout.mma_sync import FmaPath, mma_layouts, mma_sync_misfit
 
         key = (id(op), self.o.num_warps)
         if key not in self.fits and self.wgmma_fit(op) is not None:
@@ -202,7 +211,7 @@ class _Assigner:
                     self.seed(op.result, self.anchor(op))
             elif name == "dot":
                 fit = self.dot_fit(op)
-                if not isinstance(fit, FmaPath):
+                if not _on_fma(fit):
                     self.seed(op.result, fit[0])
                     self.seed(op.operand("acc"), fit[0])
             elif name in ELEMENTWISE:
@@ -311,7 +320,7 @@ class _Assigner:
         if name == "dot":
             acc = op.operand("acc")
             fit = self.dot_fit(op)
-            anchor = fit[0] if not isinstance(fit, FmaPath) else None
+            anchor = fit[0] if not _on_fma(fit) else None
             res = anchor or self.hinted(op.result) or self.default(acc.type.shape)
             self.hint(acc, res)
             self.hint(op.result, res)
@@ -508,7 +517,7 @@ class _Assigner:
             self.set(op.result, self.fresh(op.result, op.result.type.dtype.itemsize))
         elif name == "dot":
             fit = self.dot_fit(op)
-            if isinstance(fit, FmaPath):
+            if _on_fma(fit):
                 acc = self.layout(op.operand("acc"))
                 if not isinstance(acc.encoding, BlockedEncoding):
                     acc = self.default(acc.shape)
@@ -574,7 +583,7 @@ class _Assigner:
             if user.name != "dot" or slot not in ("a", "b"):
                 return None
             fit = self.dot_fit(user)
-            if isinstance(fit, FmaPath):
+            if _on_fma(fit):
                 return None
             wants.add(fit[1] if slot == "a" else fit[2])
         if len(wants) != 1:

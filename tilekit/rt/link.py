@@ -86,6 +86,30 @@ def version() -> str | None:
     return f"{major}.{minor}"
 
 
+#: nvJitLink's own options on every link. ``-no-cache``: nvJitLink 13 keeps a cache of PTX ->
+#: cubin under ``CUDA_CACHE_PATH`` (``~/.nv/ComputeCache``); tilekit caches the cubin itself,
+#: so that copy is disk space, and writing it into a fresh cache cost the first link of a
+#: process ~185 ms on the H100's host (416 vs 231 ms, ad hoc ``nocache.py``). A linker that
+#: refuses the option (older than 12.4) links without it (``_refuses_no_cache``).
+NO_CACHE = "-no-cache"
+_refuses_no_cache = False
+
+
+def _create(nvjitlink, arch: str):  # type: ignore[no-untyped-def]
+    """A link handle for ``arch`` with ``NO_CACHE`` when the linker takes it."""
+    global _refuses_no_cache
+    if not _refuses_no_cache:
+        options = [f"-arch={arch}", NO_CACHE]
+        try:
+            return nvjitlink.create(len(options), options)
+        except nvjitlink.nvJitLinkError:
+            pass  # an unknown option, or an unknown arch: ask again without the option
+    options = [f"-arch={arch}"]
+    handle = nvjitlink.create(len(options), options)  # raises for an unknown arch
+    _refuses_no_cache = True  # the arch is fine: it was the option
+    return handle
+
+
 def link_ptx(ptx: bytes | str, arch: str, name: str = "kernel",
              loc: SourceLoc | None = None) -> bytes:
     """Assemble ``ptx`` into a cubin for ``arch`` (``sm_90a``, ``sm_80``...).
@@ -97,9 +121,8 @@ def link_ptx(ptx: bytes | str, arch: str, name: str = "kernel",
     data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
     if not data.endswith(b"\0"):
         data += b"\0"
-    options = [f"-arch={arch}"]
     try:
-        handle = nvjitlink.create(len(options), options)
+        handle = _create(nvjitlink, arch)
     except nvjitlink.nvJitLinkError as exc:
         raise LoweringError(f"nvJitLink refused the target `{arch}`: {exc}", loc,
                             hints=["targets look like sm_80, sm_90a"]) from None
