@@ -140,6 +140,34 @@ def test_prefetch_starts_only_for_kernels_that_use_libdevice():
     assert any(f.name == "__nv_expf" for f in prefetch.result().functions)
 
 
+def test_the_prefetch_keeps_only_what_the_math_ops_can_call():
+    assert driver.libdevice_functions({"exp", "sigmoid", "tanh"}) == {
+        "__nv_expf", "__nv_exp", "__nv_tanhf", "__nv_tanh"}
+    prefetch = driver.LibdevicePrefetch.start(_traced_softmax(), SM90)
+    kept = [f.name for f in prefetch.result().functions if not f.is_declaration]
+    assert "__nv_expf" in kept and "__nv_sinf" not in kept and len(kept) < 10, kept
+    assert prefetch.covers({"__nv_expf"}) and not prefetch.covers({"__nv_expf", "__nv_floorf"})
+
+
+def test_a_lowering_that_calls_more_links_all_of_libdevice(monkeypatch):
+    """float // calls floor, which no op of the traced kernel names: the trimmed parse does
+    not cover it, and the compile links the whole of libdevice as without a prefetch."""
+    import tilekit as tk
+
+    @tk.kernel
+    def k(X, Y, N: tk.constexpr):
+        x = X.tile((1, N), (tk.program_id(0), 0)).load()
+        Y.tile((1, N), (tk.program_id(0), 0)).store(tk.exp(x) + x // 3.0)
+
+    x = np.zeros((4, 33), np.float32)
+    module = k.trace(x, np.empty_like(x), N=33)
+    prefetch = driver.LibdevicePrefetch.start(module, SM90)
+    assert prefetch is not None and not prefetch.covers({"__nv_expf", "__nv_floorf"})
+    ptx = driver.compile_module(module, "sm_90a").binary
+    monkeypatch.setattr(driver, "PREFETCH_LIBDEVICE", False)
+    assert driver.compile_module(module, "sm_90a").binary == ptx
+
+
 def test_prefetched_and_inline_parses_give_the_same_ptx(monkeypatch):
     module = _traced_softmax()
     with_prefetch = driver.compile_module(module, "sm_90a").binary

@@ -75,38 +75,54 @@ PREFETCH_LIBDEVICE = True
 class LibdevicePrefetch:
     """libdevice's bitcode parsed on a worker thread while the kernel is laid out and
     lowered: parsing its ~500 functions is ~30 ms of C++ that releases the GIL, and the
-    layouts and the lowering are pure Python (llvmlite.ir). The worker makes one ffi call
-    and nothing else (finding and reading the file happen here, first): each return from C
-    waits for the busy main thread to hand over the GIL. llvmlite runs ffi calls under one
-    lock, so the main thread's first LLVM call waits for the parse to end. Started only
-    for kernels whose IR has an op that libdevice computes on NVPTX, and only when
-    libdevice is found (else ``link_libdevice`` raises its error as before); joined before
-    ``compile_module`` returns or raises."""
+    layouts and the lowering are pure Python (llvmlite.ir). The worker then trims the parse
+    to ``kept``, the functions the kernel's math ops can call, and what they call (one
+    internalize pass, the kept functions made external again, one GlobalDCE pass): linking
+    all of libdevice into the kernel and dropping it there cost the compiling thread 15-20
+    ms. The worker makes a handful of ffi calls and nothing else (finding and reading the
+    file happen here, first): each return from C waits for the busy main thread to hand
+    over the GIL. llvmlite runs ffi calls under one lock, so the main thread's first LLVM
+    call waits for the worker to end. Started only for kernels whose IR has an op that
+    libdevice computes on NVPTX, and only when libdevice is found (else ``link_libdevice``
+    raises its error as before); joined before ``compile_module`` returns or raises. A
+    lowering that calls a function outside ``kept`` links the whole of libdevice instead
+    (``covers``)."""
 
-    def __init__(self, bitcode: bytes) -> None:
+    def __init__(self, bitcode: bytes, kept: frozenset[str] = frozenset(),
+                 target: Target | None = None) -> None:
         self._module = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._parse, args=(bitcode,), daemon=True,
+        self.kept = kept  # empty: all of libdevice
+        tm = _target_machine(target) if kept and target is not None else None
+        self._thread = threading.Thread(target=self._parse, args=(bitcode, tm), daemon=True,
                                         name="tilekit-libdevice")
         self._thread.start()
 
     @staticmethod
     def start(module: Module, tgt: Target) -> LibdevicePrefetch | None:
-        if not (PREFETCH_LIBDEVICE and tgt.is_nvidia
-                and any(op.name in _LIBDEVICE_OPS for op in module.walk())):
+        ops = {op.name for op in module.walk() if op.name in _LIBDEVICE_OPS}
+        if not (PREFETCH_LIBDEVICE and tgt.is_nvidia and ops):
             return None
         from pathlib import Path
 
         from tilekit.codegen import libdevice
 
         path = libdevice.find_libdevice()
-        return None if path is None else LibdevicePrefetch(Path(path).read_bytes())
+        return None if path is None else LibdevicePrefetch(Path(path).read_bytes(),
+                                                           libdevice_functions(ops), tgt)
 
-    def _parse(self, bitcode: bytes) -> None:
+    def covers(self, used: set[str]) -> bool:
+        """Whether the parse holds every libdevice function in ``used``."""
+        return not self.kept or used <= self.kept
+
+    def _parse(self, bitcode: bytes, tm) -> None:  # tm: the target's llvm.TargetMachine
         import llvmlite.binding as llvm
 
         try:
-            self._module = llvm.parse_bitcode(bitcode)
+            lib = llvm.parse_bitcode(bitcode)
+            if self.kept:
+                _keep_only(lib, self.kept, tm)
+            self._module = lib
         except BaseException as exc:  # re-raised by result(), in the compiling thread
             self._error = exc
 
@@ -118,6 +134,33 @@ class LibdevicePrefetch:
         if self._error is not None:
             raise self._error
         return self._module
+
+
+def libdevice_functions(ops: set[str]) -> frozenset[str]:
+    """The libdevice functions that math ops (``_LIBDEVICE_OPS``) may call: ``MathLib``'s
+    ``__nv_expf`` for float32 and ``__nv_exp`` for float64 (16-bit floats compute in
+    float32); sigmoid computes with exp."""
+    names = {"exp" if op == "sigmoid" else op for op in ops}
+    return frozenset(f"__nv_{name}{suffix}" for name in names for suffix in ("f", ""))
+
+
+def _keep_only(lib, kept: frozenset[str], tm) -> None:
+    """Drop from a parsed libdevice every function that ``kept``'s do not call (the ones
+    libdevice lacks are skipped): all internal, the kept ones external again, GlobalDCE."""
+    import llvmlite.binding as llvm
+
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
+    internalize = llvm.create_new_module_pass_manager()
+    internalize.add_internalize_pass()
+    internalize.run(lib, pb)
+    for name in sorted(kept):
+        try:
+            lib.get_function(name).linkage = llvm.Linkage.external
+        except NameError:
+            pass
+    dce = llvm.create_new_module_pass_manager()
+    dce.add_global_dead_code_eliminate_pass()
+    dce.run(lib, pb)
 
 
 def link_math(mod, tgt: Target, kernel: str, loc=None,
@@ -273,8 +316,10 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
                   if tgt.name in CALIBRATED_TARGETS else 1)
         if blocks > 1:
             lowering.vendor.min_blocks_per_sm(lowering.module, lowering.func, blocks)
+        parsed = prefetch if prefetch is not None and prefetch.covers(lowering.math.used) \
+            else None
         binary, kind, llvm_text = emit_binary(str(lowering.module), tgt, fn.name,
-                                              bool(lowering.math.used), fn.loc, prefetch,
+                                              bool(lowering.math.used), fn.loc, parsed,
                                               while_llvm)
     finally:
         if prefetch is not None:
