@@ -268,3 +268,36 @@ def test_the_libdevice_variable_comes_first(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEKIT_LIBDEVICE", str(mine))
     monkeypatch.setattr(libdevice, "_nvidia_roots", lambda: pytest.fail("searched the wheels"))
     assert libdevice.find_libdevice() == str(mine)
+
+
+# --- what a cold compile imports ---------------------------------------------------------
+
+
+def test_a_row_kernel_compiles_without_the_tensor_core_layout_modules():
+    """A kernel without a dot or a pipeline never imports the MMA, wgmma and TMA layout
+    modules, nor ml_dtypes (float32 only): 10-40 ms of a cold compile (bench/RESULTS.md,
+    "A cheaper cold compile"). A fresh interpreter, so that nothing else imported them."""
+    import subprocess
+
+    code = """
+import sys
+import numpy as np
+import tilekit as tk
+from tilekit.codegen import compile_module
+
+@tk.kernel
+def k(X, Y, N: tk.constexpr):
+    x = X.tile((1, N), (tk.program_id(0), 0)).load()
+    e = tk.exp(x - tk.max(x, axis=1, keepdims=True))
+    Y.tile((1, N), (tk.program_id(0), 0)).store(e / tk.sum(e, axis=1, keepdims=True))
+
+x = np.zeros((4, 33), np.float32)
+assert compile_module(k.trace(x, np.empty_like(x), N=33), "sm_90a").binary
+heavy = ("tilekit.layout.mma_sync", "tilekit.layout.wgmma", "tilekit.layout.tma",
+         "tilekit.layout.admissibility", "ml_dtypes")
+print(sorted(m for m in sys.modules if m.startswith(heavy)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
