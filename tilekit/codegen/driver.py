@@ -90,10 +90,12 @@ class LibdevicePrefetch:
 
     def __init__(self, bitcode: bytes, kept: frozenset[str] = frozenset(),
                  target: Target | None = None) -> None:
+        if kept and target is None:
+            raise ValueError("trimming libdevice to `kept` needs the target")
         self._module = None
         self._error: BaseException | None = None
         self.kept = kept  # empty: all of libdevice
-        tm = _target_machine(target) if kept and target is not None else None
+        tm = _target_machine(target) if kept else None
         self._thread = threading.Thread(target=self._parse, args=(bitcode, tm), daemon=True,
                                         name="tilekit-libdevice")
         self._thread.start()
@@ -144,23 +146,24 @@ def libdevice_functions(ops: set[str]) -> frozenset[str]:
     return frozenset(f"__nv_{name}{suffix}" for name in names for suffix in ("f", ""))
 
 
-def _keep_only(lib, kept: frozenset[str], tm) -> None:
-    """Drop from a parsed libdevice every function that ``kept``'s do not call (the ones
-    libdevice lacks are skipped): all internal, the kept ones external again, GlobalDCE."""
+def _keep_only(mod, names, tm) -> None:
+    """Drop from ``mod`` every function that ``names``' functions do not call (names it
+    lacks are skipped): everything made internal (one C++ pass, not one ffi call per
+    function), the named functions external again, then GlobalDCE."""
     import llvmlite.binding as llvm
 
     pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
     internalize = llvm.create_new_module_pass_manager()
     internalize.add_internalize_pass()
-    internalize.run(lib, pb)
-    for name in sorted(kept):
+    internalize.run(mod, pb)
+    for name in sorted(names):
         try:
-            lib.get_function(name).linkage = llvm.Linkage.external
+            mod.get_function(name).linkage = llvm.Linkage.external
         except NameError:
             pass
     dce = llvm.create_new_module_pass_manager()
     dce.add_global_dead_code_eliminate_pass()
-    dce.run(lib, pb)
+    dce.run(mod, pb)
 
 
 def link_math(mod, tgt: Target, kernel: str, loc=None,
@@ -169,8 +172,6 @@ def link_math(mod, tgt: Target, kernel: str, loc=None,
     everything but the kernel internal (libdevice's ~500 functions in one C++ pass, not one
     ffi call each) and drop what no one calls, so that ``optimize`` sees the few functions
     used."""
-    import llvmlite.binding as llvm
-
     from tilekit.codegen import libdevice
 
     tm = _target_machine(tgt)
@@ -184,14 +185,7 @@ def link_math(mod, tgt: Target, kernel: str, loc=None,
     except RuntimeError as exc:
         raise LoweringError(f"internal error: linking libdevice into `{kernel}` failed: "
                             f"{exc}", loc) from None
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
-    internalize = llvm.create_new_module_pass_manager()
-    internalize.add_internalize_pass()
-    internalize.run(mod, pb)
-    mod.get_function(kernel).linkage = llvm.Linkage.external
-    dce = llvm.create_new_module_pass_manager()
-    dce.add_global_dead_code_eliminate_pass()
-    dce.run(mod, pb)
+    _keep_only(mod, [kernel], tm)
 
 
 #: LLVM's default pipeline at this speed level runs on every kernel (``default<O3>``).
