@@ -460,6 +460,23 @@ def test_softmax_of_a_4097_row_does_not_spill(arch: str):
     assert ops and not ops & {"LDL", "STL"}, "local memory (spills) in softmax"
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_a_row_divided_by_its_sum_computes_one_reciprocal(arch: str):
+    """The example softmax's ``e / sum`` divides 33 registers per thread by one value: one
+    reciprocal estimate per row and a float64 correction per element, no ``div.rn.f32``
+    (each expands to a slow-path call that cost ptxas ~2 ms). Division by per-element
+    divisors keeps ``div.rn.f32``; by a power of two, a multiply."""
+    ptx = ptx_of(example_module("softmax"), arch)
+    assert ptx.count("rcp.approx.ftz.f64") == 1 and "div.rn.f32" not in ptx
+    x = np.zeros(1000, f32)
+    ptx = ptx_of(K.binop.trace(x, x, x, 1000, OP="div", EXPECT=tk.float32, BLOCK=512), arch)
+    assert "div.rn.f32" in ptx and "rcp.approx" not in ptx
+    ptx = ptx_of(K.binop_literal.trace(x, x, 1000, OP="div", LIT=4.0, LEFT=False,
+                                       EXPECT=tk.float32, BLOCK=512), arch)
+    assert "div" not in ptx.replace(".visible", "") and "rcp" not in ptx
+    assert "mul.rn.f32" in ptx or "mul.f32" in ptx
+
+
 def test_sass_instructions_parse_predicates_and_drop_encodings():
     text = ("        /*0100*/              @!P5 LDG.E.128 R4, desc[UR4][R4.64] ;"
             "                 /* 0x000000040404d981 */\n"

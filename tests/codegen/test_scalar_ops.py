@@ -21,6 +21,7 @@ import pytest
 from llvmlite import ir
 
 import tilekit.ir.ops.elementwise  # noqa: F401  (fills REGISTRY)
+from tests.lang.helpers import shared_divisor_cases
 from tilekit.codegen import scalar_ops as so
 from tilekit.codegen.mathlib import MathLib
 from tilekit.ir.dtypes import DType
@@ -213,6 +214,23 @@ def test_binary_matches_reference(binary_jit: Jit, name: str) -> None:
         if name in ("shl", "shr"):
             y[N // 2:] = values(d, seed=3)[N // 2:] % (d.bits + 3)  # mostly in range
         same_bits(binary_jit(f"{name}_{d.short}", x, y), _ref(name, x, y))
+
+
+def test_shared_divisor_is_correctly_rounded() -> None:
+    """``so.SharedDivisor`` (a float64 reciprocal refined from a coarse estimate, one
+    Markstein step per element) against numpy's division, bit for bit, for float32 and
+    the 16-bit floats, on the host: the same IR the GPU runs but for the estimate."""
+    jit = Jit()
+    for d in (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16):
+        jit.add(f"shared_div_{d.short}", [d, d], d,
+                lambda b, x, y, d=d: so.SharedDivisor(b, jit.math, d, y)(b, x))
+    jit.compile()
+    rows, divisors = shared_divisor_cases()
+    x, y = rows.ravel(), np.repeat(divisors, rows.shape[1])
+    for d in (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16):
+        xd, yd = np_cast(x, d), np_cast(y, d)
+        with np.errstate(all="ignore"):
+            same_bits(jit(f"shared_div_{d.short}", xd, yd), _ref("div", xd, yd))
 
 
 def test_int_division_by_zero_is_defined(binary_jit: Jit) -> None:

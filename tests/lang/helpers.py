@@ -217,3 +217,50 @@ def view_mask(base: np.ndarray, index: Callable[[np.ndarray], np.ndarray]) -> np
     marks = np.zeros(base.shape, dtype=bool)
     index(marks)[...] = True
     return marks
+
+
+def shared_divisor_cases(seed: int = 0, n: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """float32 rows ``x`` (R x n) and a divisor per row ``y`` (R), for ``so.SharedDivisor``.
+    Divisors special, subnormal, huge, with reciprocals that are not exact, random; per
+    row, dividends of every kind and the hard ones: quotients exactly at a midpoint
+    between two subnormals (ties to even), quotients next to the overflow threshold,
+    subnormal and zero dividends. Then rows whose quotients all lie 2^-49 (relative) from
+    a midpoint, as close as float32 quotients come: ``A * 2^25 = B * M +- 1`` with ``M``
+    odd and of 25 bits, ``y = B``, ``x = A * 2^k``."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    tiny = 2.0 ** -149
+    divisors = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 3.0, 6.0, -7.0, 0.1, 1.5,
+                4097.0, 2.0 ** -126, tiny, 3 * tiny, -5 * tiny, 2.0 ** 127, 3.4e38, 1e-40,
+                *np.exp(rng.uniform(-80, 80, 12)) * rng.choice([-1, 1], 12)]
+    xs, ys = [], []
+    for y in divisors:
+        y = f32(y)
+        wide = np.exp(rng.uniform(-100, 88, n - n // 2)) * rng.choice([-1, 1], n - n // 2)
+        x = rng.permutation(np.concatenate([rng.standard_normal(n // 2) * 4, wide])).astype(f32)
+        x[224:236] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, tiny, -tiny, 2.0**-126,
+                      3.4028235e38, -3.4028235e38]
+        odd = (2 * rng.integers(0, 2**22, 96) + 1).astype(np.float64)
+        with np.errstate(all="ignore"):
+            mid = odd * tiny / 2 * np.float64(y)  # x / y == odd * 2^-150: a tie
+        exact = np.isfinite(mid) & (mid.astype(f32).astype(np.float64) == mid) & (mid != 0)
+        x[:96][exact] = mid[exact].astype(f32)
+        with np.errstate(all="ignore"):
+            x[96:160] = f32(3.4028235e38) * rng.uniform(0.5, 1, 64).astype(f32)
+            x[160:192] = (f32(np.abs(y)) if np.isfinite(y) and y != 0 else f32(1)) * \
+                rng.uniform(0.99, 1.01, 32).astype(f32)
+        x[192:224] = rng.integers(1, 2**20, 32).astype(f32) * f32(tiny)
+        xs.append(x)
+        ys.append(y)
+    while len(ys) < len(divisors) + 24:
+        b = int(rng.integers(2**20, 2**23)) | 1
+        sign = int(rng.choice([-1, 1]))
+        m = (sign * pow(b, -1, 2**25)) % 2**25
+        if m < 2**24:
+            continue
+        a, rest = divmod(b * m - sign, 2**25)  # a * 2^25 = b * m - sign
+        assert rest == 0 and a < 2**24
+        shift = np.arange(n) % 200 - 100  # quotients from 2^-100 to 2^100 times m
+        xs.append((np.float64(a) * np.exp2(shift.astype(np.float64))).astype(f32))
+        ys.append(f32(b))
+    return np.stack(xs), np.array(ys, f32)

@@ -138,6 +138,14 @@ def binop_literal(X, Out, n, OP: tk.constexpr, LIT: tk.constexpr, LEFT: tk.const
 
 
 @tk.kernel
+def divide_rows(X, D, Y, N: tk.constexpr):
+    """Each row of ``X`` divided by its own divisor ``D[row, 0]``, which the row shares."""
+    row = tk.program_id(0)
+    x = X.tile((1, N), (row, 0)).load()
+    Y.tile((1, N), (row, 0)).store(x / D.tile((1, 1), (row, 0)).load())
+
+
+@tk.kernel
 def binop_scalar(X, Out, n, s, OP: tk.constexpr, EXPECT: tk.constexpr, BLOCK: tk.constexpr):
     """``x <op> s`` with a runtime scalar argument: strongly typed, promotes like a tile."""
     offs = block_offsets(BLOCK)

@@ -45,6 +45,7 @@ from tests.lang.helpers import (
     round_to,
     run,
     run_bool_out,
+    shared_divisor_cases,
     view_mask,
     wrap,
 )
@@ -442,6 +443,29 @@ SCALARS = [
     (i32, 2**40, i64),
     (f64, 0.1, f64),
 ]
+
+
+@pytest.mark.parametrize("dt", [f32, f16, bf16], ids=str)
+def test_division_by_a_shared_divisor_is_correctly_rounded(dt):
+    """A row divided by one value (the compiled code computes its reciprocal once and
+    corrects each quotient; ``scalar_ops.SharedDivisor``) rounds exactly as ``/`` does:
+    special, subnormal and huge divisors, ties between subnormals, quotients 2^-49 from a
+    midpoint, overflow; a runtime scalar divisor too."""
+    rows, divisors = shared_divisor_cases(seed=3, n=509)
+    x, d = rows.astype(dt), divisors.astype(dt)[:, None]
+    out = poison(x.shape, dt)
+    run(K.divide_rows, (len(x),), x, d, out, N=x.shape[1])
+    with np.errstate(all="ignore"):
+        ref = (x.astype(f32) / d.astype(f32)).astype(dt)
+    assert_exact(out, ref, f"{dt} rows / their divisor", signed_zeros=True)
+    if dt == f32:
+        n = x.shape[1]
+        for row, s in zip(x[::7], divisors[::7]):
+            out = poison(n, f32)
+            run(K.binop_scalar, grid1(n, 128), row, out, n, float(s), OP="div",
+                EXPECT=tk.float32, BLOCK=128)
+            with np.errstate(all="ignore"):
+                assert_exact(out, row / s, f"row / scalar {s!r}", signed_zeros=True)
 
 
 @pytest.mark.parametrize("xt,s,rt", SCALARS, ids=lambda v: repr(v))

@@ -23,6 +23,8 @@ and reductions share (``smem_ptr``); ``shared_bytes`` is the total.
 from __future__ import annotations
 
 import contextlib
+import math
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -638,7 +640,36 @@ def _zip_regs(L: KernelLowering, op: Operation) -> list[list[ir.Value]]:
 def _binary(L: KernelLowering, op: Operation) -> None:
     x, y = _zip_regs(L, op)
     dt = dtype_of(op.operands[0])
+    if op.name == "div" and S.SharedDivisor.applies(dt):
+        L.define(op.result, _divide(L, dt, x, y))
+        return
     L.define(op.result, [S.binary(L.b, L.math, op.name, dt, a, b) for a, b in zip(x, y)])
+
+
+def _divide(L: KernelLowering, dt: DType, x: list[ir.Value], y: list[ir.Value]
+            ) -> list[ir.Value]:
+    """Float ``x / y``: a divisor that several registers share (a row's sum, a broadcast
+    scalar) through ``S.SharedDivisor``, its reciprocal computed once; a constant whose
+    reciprocal is exact (LLVM makes that a multiply) and the others through ``fdiv``."""
+    uses = Counter(id(d) for d in y)
+    shared: dict[int, S.SharedDivisor] = {}
+    out = []
+    for a, d in zip(x, y):
+        if uses[id(d)] < 2 or _exact_reciprocal(d):
+            out.append(S.binary(L.b, L.math, "div", dt, a, d))
+            continue
+        if id(d) not in shared:
+            shared[id(d)] = S.SharedDivisor(L.b, L.math, dt, d)
+        out.append(shared[id(d)](L.b, a))
+    return out
+
+
+def _exact_reciprocal(d: ir.Value) -> bool:
+    """Whether ``d`` is a constant power of two (or zero, infinite, NaN)."""
+    if not isinstance(d, ir.Constant):
+        return False
+    value = float(d.constant)
+    return not math.isfinite(value) or value == 0 or math.frexp(value)[0] in (0.5, -0.5)
 
 
 def _compare(L: KernelLowering, op: Operation) -> None:

@@ -94,6 +94,20 @@ class MathLib:
             return _tanh(self, b, dtype, args[0])
         return _atan2(b, dtype, args[0], args[1])
 
+    def reciprocal_estimate(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        """An approximation of ``1 / x`` (float64) with IEEE's special values (+-0 -> +-inf,
+        +-inf -> +-0, NaN -> NaN), for ``scalar_ops.SharedDivisor`` to refine: the hardware's
+        estimate on GPUs; on the host (the tests) the quotient with its last 28 bits
+        cleared, no better than a hardware estimate, so that the tests measure the
+        refinement."""
+        if self.target is MathTarget.NVPTX:
+            return _call(b, "llvm.nvvm.rcp.approx.ftz.d", x)
+        if self.target is MathTarget.AMDGPU:
+            return _call(b, "llvm.amdgcn.rcp.f64", x)
+        i64 = ir.IntType(64)
+        bits = b.bitcast(b.fdiv(ir.Constant(x.type, 1.0), x), i64)
+        return b.bitcast(b.and_(bits, ir.Constant(i64, ~((1 << 28) - 1))), x.type)
+
     def _libdevice(self, b: ir.IRBuilder, name: str, dtype: DType,
                    args: tuple[ir.Value, ...]) -> ir.Value:
         ty = _ty(dtype)
@@ -107,6 +121,14 @@ class MathLib:
 
 def _ty(dtype: DType) -> ir.Type:
     return ir.FloatType() if dtype is DType.FLOAT32 else ir.DoubleType()
+
+
+def _call(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
+    """Call the target intrinsic ``name`` of one operand, of ``x``'s type."""
+    fn = b.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(x.type, [x.type]), name)
+    return b.call(fn, [x])
 
 
 def intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
