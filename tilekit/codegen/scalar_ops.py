@@ -169,7 +169,8 @@ class SharedDivisor:
     midpoint lies at least 2^-49 from one (``x - y * m`` is a nonzero multiple of the last
     places of ``y`` and ``m``). So rounding ``q1`` to float32 gives the correctly rounded
     quotient, subnormal and overflowing ones included. Where ``q1`` is NaN (an infinite
-    ``x``, a zero or infinite ``y``) ``q0`` is right, and ``q0`` has the sign of a zero.
+    ``x``, a zero or infinite ``y``) or zero (a zero ``x``: ``q1``'s sign may be wrong),
+    ``q0`` is the right answer.
     ``tests/codegen/test_scalar_ops.py`` (host) and ``tests/lang/test_differential.py``
     (GPU) check it bit for bit, on quotients as close to midpoints as float32 allows."""
 
@@ -193,7 +194,7 @@ class SharedDivisor:
         q0 = b.fmul(xd, self.r)
         rem = intrinsic(b, "fma", self.neg_y, q0, xd)
         q1 = intrinsic(b, "fma", rem, self.r, q0)
-        q = _copysign(b, DType.FLOAT64, b.select(b.fcmp_unordered("uno", q1, q1), q0, q1), q0)
+        q = b.select(b.fcmp_unordered("==", q1, ir.Constant(q1.type, 0.0)), q0, q1)
         return _down(b, self.dtype, b.fptrunc(q, _F32))
 
 
