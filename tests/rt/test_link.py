@@ -67,6 +67,25 @@ def test_version() -> None:
     assert link.version() is not None and link.version().count(".") == 1
 
 
+def test_version_comes_from_the_first_wheel_on_the_path(tmp_path, monkeypatch) -> None:
+    """``version`` reads the wheel's ``.dist-info`` folder name (no importlib.metadata, no
+    library load): the first path entry with one wins, as ``import`` would; other
+    distributions whose names start alike do not count."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    (first / "nvidia_nvjitlink_cu12-12.4.127.dist-info").mkdir(parents=True)
+    (first / "nvidia_nvjitlink-12.9.41.dist-info").mkdir()
+    (second / "nvidia_nvjitlink-13.0.88.dist-info").mkdir(parents=True)
+    monkeypatch.setattr("sys.path", [str(tmp_path / "missing"), str(first), str(second)])
+    link.version.cache_clear()
+    try:
+        assert link.version() == "12.9"
+        monkeypatch.setattr("sys.path", [str(second), str(first)])
+        link.version.cache_clear()
+        assert link.version() == "13.0"
+    finally:
+        link.version.cache_clear()
+
+
 # --- nvJitLink's own cache -----------------------------------------------------------------
 
 
