@@ -19,13 +19,18 @@ if TYPE_CHECKING:
 __all__ = ["CALIBRATED_TARGETS", "default_num_warps", "row_blocks_per_sm"]
 
 # A row kernel (softmax, norms: every large tile it moves is one row) wants about this
-# many bytes of its largest row per thread: 8 loads of 16 bytes in flight, on 4 warps at
-# least. Measured on the H100 with device-only timing (bench/RESULTS.md, "Warps for row
+# many bytes of its largest row per thread: 4 loads of 16 bytes, on 4 warps at least, 8 at
+# most. Measured on the H100 with device-only timing (bench/RESULTS.md, "Warps for row
 # kernels", 2026-11-25): bf16 rows of 4097 on 4 warps against 2, layer norm 0.85 -> 0.88
 # of copy, RMSNorm 0.89 -> 0.93, softmax 0.90 -> 0.96, though layer norm's registers then
 # allow 6 blocks per SM (48 KB of rows) where 2 warps had 8; f32 rows of 8192, 0.98 on 8.
-# (An earlier measurement favoured 2 warps; its timing included the host's launch.)
-_ROW_BYTES_PER_THREAD = 128
+# 16 KB rows (f32 of 4097, bf16 of 8192) on 8 warps rather than 4 (64 bytes per thread, not
+# 128; 2026-11-28, same process A/B): within 1% of copy on 10 of 12 row kernels, layer
+# norm bf16 8192 x 8192 0.977 -> 0.989, 8192 x 8193 0.952 -> 0.918; and half the code per
+# thread, which halves their compile (the example softmax of 4097: LLVM 212 -> 150 ms,
+# nvJitLink 91 -> 55 ms offline). (An earlier measurement favoured 2 warps; its timing
+# included the host's launch.)
+_ROW_BYTES_PER_THREAD = 64
 
 # ... and about this many bytes of rows per SM (blocks resident at once x the largest row).
 # Measured on the H100 (bench/memory_bound.py): row kernels at 32-48 KB per SM reached
@@ -63,7 +68,7 @@ def _row_bytes(module: Module) -> int:
 
 def default_num_warps(module: Module) -> int:
     """Row kernels (``_row_bytes``): 4 to 8 warps, so that each thread moves about
-    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 16 KB. Other
+    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 8 KB. Other
     kernels: four warps; eight when their largest tile has 8192 elements or more, unless a
     dot's M is under 128 rows (a 64 x 128 or 64 x 256 block: one warpgroup of four warps
     covers its 64 rows on wgmma, and mma.sync runs such tiles on four warps as well)."""
