@@ -93,11 +93,11 @@ def _unpredicated_128(module, shapes) -> tuple[int, int]:
 
 
 @needs_cuobjdump
-@pytest.mark.parametrize("dtype,core", [(np.float32, 8), (ml_dtypes.bfloat16, 4)])
+@pytest.mark.parametrize("dtype,core", [(np.float32, 4), (ml_dtypes.bfloat16, 4)])
 def test_softmax_4096x4097_core_path_has_unpredicated_128_bit_accesses(dtype, core):
     """Rows of 4097 elements: 16388 (or 8194) bytes, so most rows start off a 16-byte
     boundary, and the bucket has no 16-byte row fact. Still, each thread's core groups
-    (8 float4 or 4 bf16x8 per row on 4 warps) load and store as unpredicated
+    (4 float4 per row on 8 warps, 4 bf16x8 on 4 warps) load and store as unpredicated
     ``LDG.E.128``/``STG.E.128`` on the aligned rows' path."""
     module, shapes = _module(4096, 4097, dtype)
     assert "X" not in module.kernel.strides16
@@ -166,7 +166,7 @@ def _transpose_module(rows, cols, bm, bn):
 
 
 @needs_cuobjdump
-@pytest.mark.parametrize("dtype,core", [(np.float32, 8), (ml_dtypes.bfloat16, 4)])
+@pytest.mark.parametrize("dtype,core", [(np.float32, 4), (ml_dtypes.bfloat16, 4)])
 def test_misaligned_rows_load_through_one_window_for_every_shift(dtype, core):
     """A one-row tile whose rows start off a 16-byte boundary (4096 x 4097) loads each core
     group as the aligned chunk holding its first element and the next one, the same code
