@@ -666,7 +666,7 @@ def _divide(L: KernelLowering, dt: DType, x: list[ir.Value], y: list[ir.Value]
 
 def _exact_reciprocal(d: ir.Value) -> bool:
     """Whether ``d`` is a constant power of two (or zero, infinite, NaN)."""
-    if not isinstance(d, ir.Constant):
+    if not isinstance(d, ir.Constant) or not isinstance(d.constant, (int, float)):
         return False
     value = float(d.constant)
     return not math.isfinite(value) or value == 0 or math.frexp(value)[0] in (0.5, -0.5)
