@@ -220,8 +220,8 @@ def view_mask(base: np.ndarray, index: Callable[[np.ndarray], np.ndarray]) -> np
 
 
 def shared_divisor_cases(seed: int = 0, n: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    """float32 rows ``x`` (R x n) and a divisor per row ``y`` (R), for ``SharedDivisor``
-    Divisors special, subnormal, huge, with reciprocals that are not exact, random; per
+    """float32 rows ``x`` (R x n) and a divisor per row ``y`` (R), for
+    ``tilekit.codegen.scalar_ops.SharedDivisor``. Divisors special, subnormal, huge, with reciprocals that are not exact, random; per
     row, dividends of every kind and the hard ones: quotients exactly at a midpoint
     between two subnormals (ties to even), quotients next to the overflow threshold,
     subnormal and zero dividends. Then rows whose quotients all lie 2^-49 (relative) from
