@@ -221,12 +221,12 @@ def view_mask(base: np.ndarray, index: Callable[[np.ndarray], np.ndarray]) -> np
 
 def shared_divisor_cases(seed: int = 0, n: int = 512) -> tuple[np.ndarray, np.ndarray]:
     """float32 rows ``x`` (R x n) and a divisor per row ``y`` (R), for
-    ``tilekit.codegen.scalar_ops.SharedDivisor``. Divisors special, subnormal, huge, with reciprocals that are not exact, random; per
-    row, dividends of every kind and the hard ones: quotients exactly at a midpoint
-    between two subnormals (ties to even), quotients next to the overflow threshold,
-    subnormal and zero dividends. Then rows whose quotients all lie 2^-49 (relative) from
-    a midpoint, as close as float32 quotients come: ``A * 2^25 = B * M +- 1`` with ``M``
-    odd and of 25 bits, ``y = B``, ``x = A * 2^k``."""
+    ``tilekit.codegen.scalar_ops.SharedDivisor``. Divisors: special, subnormal, huge, with
+    reciprocals that are not exact, random. Per row, dividends of every kind and the hard
+    ones: quotients exactly at a midpoint between two subnormals (ties to even), quotients
+    next to the overflow threshold, subnormal and zero dividends. Then rows whose quotients
+    all lie 2^-49 (relative) from a midpoint, as close as float32 quotients come:
+    ``A * 2^25 = B * M +- 1`` with ``M`` odd and of 25 bits, ``y = B``, ``x = A * 2^k``."""
     rng = np.random.default_rng(seed)
     f32 = np.float32
     tiny = 2.0 ** -149
