@@ -176,12 +176,8 @@ def link_math(mod, tgt: Target, kernel: str, loc=None,
 
     tm = _target_machine(tgt)
     try:
-        if prefetched is not None:  # as libdevice.link_libdevice does, from the parse
-            lib = prefetched.result()
-            lib.triple, lib.data_layout = tgt.triple, str(tm.target_data)
-            mod.link_in(lib)
-        else:
-            libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data))
+        libdevice.link_libdevice(mod, tgt.triple, str(tm.target_data),
+                                 prefetched.result() if prefetched is not None else None)
     except RuntimeError as exc:
         raise LoweringError(f"internal error: linking libdevice into `{kernel}` failed: "
                             f"{exc}", loc) from None

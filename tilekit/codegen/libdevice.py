@@ -74,20 +74,27 @@ def _nvidia_roots() -> list[str]:
     return list(getattr(nvidia, "__path__", []))
 
 
+def _required_path() -> str:
+    path = find_libdevice()
+    if path is None:
+        raise FileNotFoundError(f"{_NAME} not found: set TILEKIT_LIBDEVICE or CUDA_HOME, "
+                                "or pip install nvidia-nvvm")
+    return path
+
+
 @cache
 def _bitcode(path: str) -> bytes:
     return Path(path).read_bytes()
 
 
-def link_libdevice(module: llvm.ModuleRef, target_triple: str, data_layout: str) -> None:
-    """Link libdevice into ``module`` (in place). The caller then internalizes every
-    non-kernel symbol (LLVM's internalize pass, then the kernel made external again) and
-    drops what no one calls (GlobalDCE) before the O3 pipeline, which inlines the rest."""
-    path = find_libdevice()
-    if path is None:
-        raise FileNotFoundError(f"{_NAME} not found: set TILEKIT_LIBDEVICE or CUDA_HOME, "
-                                "or pip install nvidia-nvvm")
-    lib = llvm.parse_bitcode(_bitcode(path))
+def link_libdevice(module: llvm.ModuleRef, target_triple: str, data_layout: str,
+                   parsed: llvm.ModuleRef | None = None) -> None:
+    """Link libdevice into ``module`` (in place): ``parsed`` (libdevice as a worker thread
+    parsed it, maybe trimmed), else the bitcode found and parsed here. The caller then
+    internalizes every non-kernel symbol (LLVM's internalize pass, then the kernel made
+    external again) and drops what no one calls (GlobalDCE) before the O3 pipeline, which
+    inlines the rest."""
+    lib = parsed if parsed is not None else llvm.parse_bitcode(_bitcode(_required_path()))
     lib.triple = target_triple
     lib.data_layout = data_layout
     module.link_in(lib)

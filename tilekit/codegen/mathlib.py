@@ -23,6 +23,7 @@ from functools import cache
 
 from llvmlite import ir
 
+from tilekit.codegen.intrinsics import call
 from tilekit.ir.dtypes import DType
 
 NAMES = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "tanh", "sigmoid", "sin",
@@ -101,9 +102,9 @@ class MathLib:
         cleared, no better than a hardware estimate, so that the tests measure the
         refinement."""
         if self.target is MathTarget.NVPTX:
-            return _call(b, "llvm.nvvm.rcp.approx.ftz.d", x)
+            return call(b, "llvm.nvvm.rcp.approx.ftz.d", x.type, [x])
         if self.target is MathTarget.AMDGPU:
-            return _call(b, "llvm.amdgcn.rcp.f64", x)
+            return call(b, "llvm.amdgcn.rcp.f64", x.type, [x])
         i64 = ir.IntType(64)
         bits = b.bitcast(b.fdiv(ir.Constant(x.type, 1.0), x), i64)
         return b.bitcast(b.and_(bits, ir.Constant(i64, ~((1 << 28) - 1))), x.type)
@@ -121,14 +122,6 @@ class MathLib:
 
 def _ty(dtype: DType) -> ir.Type:
     return ir.FloatType() if dtype is DType.FLOAT32 else ir.DoubleType()
-
-
-def _call(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
-    """Call the target intrinsic ``name`` of one operand, of ``x``'s type."""
-    fn = b.module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(b.module, ir.FunctionType(x.type, [x.type]), name)
-    return b.call(fn, [x])
 
 
 def intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
