@@ -54,6 +54,16 @@ def tk_softmax(X, Y, N: tk.constexpr):
 
 
 @tk.kernel
+def tk_softmax_rows(X, Y, R: tk.constexpr, N: tk.constexpr):
+    """R rows per program: how to write a softmax of many short rows (a block per row of
+    128 elements cannot keep enough bytes in flight, docs/memory_bound.md)."""
+    i = tk.program_id(0)
+    x = X.tile((R, N), (i, 0)).load().to(tk.float32)
+    e = tk.exp2((x - tk.max(x, axis=1, keepdims=True)) * LOG2E)
+    Y.tile((R, N), (i, 0)).store((e * (1.0 / tk.sum(e, axis=1, keepdims=True))).to(Y.dtype))
+
+
+@tk.kernel
 def tk_layer_norm(X, W, B, Y, eps, N: tk.constexpr):
     row = tk.program_id(0)
     x = X.tile((1, N), (row, 0)).load().to(tk.float32)
@@ -229,7 +239,10 @@ def main() -> int:
     shapes = [(8192, 8192), (4096, 4097)]
     dtypes = [torch.float32, torch.bfloat16]
 
-    def row_case(kind, M, N, dt):
+    def row_case(kind, M, N, dt, triton_warps=(8,), rows_per_program=1):
+        """``triton_warps``: Triton runs with each and keeps its fastest (for short rows,
+        where its default of 4 warps is not its best); ``rows_per_program``: tilekit's
+        softmax over ``(R, N)`` tiles (``tk_softmax_rows``) instead of one row each."""
         x = (torch.randn(M, N, device=dev) * 2 + 0.5).to(dt)
         w = torch.randn(N, device=dev).to(dt)
         b = torch.randn(N, device=dev).to(dt)
@@ -238,34 +251,45 @@ def main() -> int:
         if kind == "softmax":
             ref = torch.softmax(x64, dim=1)
             run_tk = lambda y: tk_softmax[M](x, y, N=N)  # noqa: E731
-            run_tr = lambda y: T["softmax"][(M,)](x, y, N, N, BLOCK=triton.next_power_of_2(N),  # noqa: E731
-                                                  num_warps=8)
+            if rows_per_program > 1:
+                R = rows_per_program
+                run_tk = lambda y: tk_softmax_rows[tk.cdiv(M, R)](x, y, R=R, N=N)  # noqa: E731
+            run_tr = lambda y, w=8: T["softmax"][(M,)](  # noqa: E731
+                x, y, N, N, BLOCK=triton.next_power_of_2(N), num_warps=w)
             run_torch = lambda: torch.softmax(x, dim=1)  # noqa: E731
             nbytes = 2 * M * N * x.element_size()
         elif kind == "layer_norm":
             ref = torch.nn.functional.layer_norm(x64, (N,), w.double(), b.double(), eps)
             run_tk = lambda y: tk_layer_norm[M](x, w, b, y, eps, N=N)  # noqa: E731
-            run_tr = lambda y: T["layer_norm"][(M,)](x, w, b, y, N, N, eps,  # noqa: E731
-                                                     BLOCK=triton.next_power_of_2(N), num_warps=8)
+            run_tr = lambda y, w_=8: T["layer_norm"][(M,)](  # noqa: E731
+                x, w, b, y, N, N, eps, BLOCK=triton.next_power_of_2(N), num_warps=w_)
             run_torch = lambda: torch.nn.functional.layer_norm(x, (N,), w, b, eps)  # noqa: E731
             nbytes = 2 * M * N * x.element_size() + 2 * N * w.element_size()
         else:
             ref = x64 * torch.rsqrt((x64 * x64).mean(1, keepdim=True) + eps) * w.double()
             run_tk = lambda y: tk_rms_norm[M](x, w, y, eps, N=N)  # noqa: E731
-            run_tr = lambda y: T["rms_norm"][(M,)](x, w, y, N, N, eps,  # noqa: E731
-                                                   BLOCK=triton.next_power_of_2(N), num_warps=8)
+            run_tr = lambda y, w_=8: T["rms_norm"][(M,)](  # noqa: E731
+                x, w, y, N, N, eps, BLOCK=triton.next_power_of_2(N), num_warps=w_)
             run_torch = lambda: torch.nn.functional.rms_norm(x, (N,), w, eps)  # noqa: E731
             nbytes = 2 * M * N * x.element_size() + N * w.element_size()
         y = torch.full_like(x, float("nan"))
         run_tk(y)
         err = rel_err(torch, y, ref)
-        yt = torch.full_like(x, float("nan"))
-        run_tr(yt)
-        err_t = rel_err(torch, yt, ref)
         ms = median_ms(torch, lambda: run_tk(y), reps)
-        ms_t = median_ms(torch, lambda: run_tr(yt), reps)
+        err_t, ms_t, best_w = float("nan"), float("inf"), None
+        for w_ in triton_warps:
+            yt = torch.full_like(x, float("nan"))
+            run_tr(yt, w_)
+            err_w = rel_err(torch, yt, ref)
+            ms_w = median_ms(torch, lambda w_=w_, yt=yt: run_tr(yt, w_), reps)
+            if ms_w < ms_t:
+                err_t, ms_t, best_w = err_w, ms_w, w_
         ms_torch = median_ms(torch, run_torch, reps)
         name = f"{kind} {M}x{N} {str(dt).removeprefix('torch.')}"
+        if rows_per_program > 1:
+            name += f" ({rows_per_program} rows/program)"
+        if len(triton_warps) > 1:
+            name += f" [triton {best_w}w]"
         record(name, nbytes, ms, ms_torch, ms_t, err, err_t)
 
     for kind in ("softmax", "layer_norm", "rms_norm"):
@@ -273,6 +297,17 @@ def main() -> int:
             for dt in dtypes:
                 guarded(f"{kind} {M}x{N} {dt}",
                         lambda k=kind, M=M, N=N, dt=dt: row_case(k, M, N, dt))
+
+    # Many short rows, one per program (2^25 elements): tilekit's warps follow the row
+    # (occupancy._SMALL_ROW_MAX_WARPS), Triton's fastest of 1, 2 and 4 warps is kept; rows
+    # of 128 also as (8, 128) tiles, the way to write them.
+    f32, bf16 = torch.float32, torch.bfloat16
+    small = [("softmax", 131072, 256, f32, 1), ("softmax", 65536, 512, bf16, 1),
+             ("softmax", 33554, 1000, bf16, 1), ("rms_norm", 33554, 1000, bf16, 1),
+             ("softmax", 262144, 128, bf16, 1), ("softmax", 262144, 128, bf16, 8)]
+    for kind, M, N, dt, R in small:
+        guarded(f"{kind} {M}x{N} {dt} R={R}",
+                lambda k=kind, M=M, N=N, dt=dt, R=R: row_case(k, M, N, dt, (1, 2, 4), R))
 
     def transpose_case(M, N):
         """Each side's best of the same seven tile shapes (checked before timing)."""

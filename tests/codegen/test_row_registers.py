@@ -160,3 +160,47 @@ def test_other_kernels_ask_for_nothing():
         module = blocks_2d.trace(a, a.copy(), BM=64, BN=64)
     facts = size_facts_holding(candidate_size_facts(module), {"X": a.shape, "Y": a.shape})
     assert _blocks(module, facts, 4) == 1
+
+
+def _softmax(rows: int, cols: int, dtype):
+    """bench/memory_bound.py's softmax traced for a (rows, cols) matrix."""
+    x = np.zeros((rows, cols), dtype)
+    with knobs.override(interpret=True):
+        return memory_bound.tk_softmax.trace(x, x.copy(), N=cols)
+
+
+@pytest.mark.parametrize("cols,dtype,warps", [
+    (16, np.float32, 1), (128, bf16, 1), (384, np.float32, 1), (1000, bf16, 1),
+    (1000, np.float32, 2), (1024, np.float32, 2), (2048, bf16, 2), (2047, np.float32, 4),
+    (3000, bf16, 4), (4095, bf16, 4),
+    (4096, bf16, 4), (4097, np.float32, 8)])  # rows of 4096 or more: the row kernels' rule
+def test_small_rows_take_64_bytes_per_thread_on_1_to_4_warps(cols, dtype, warps):
+    """A kernel of short rows, one per program, gets the warps that give each thread about
+    64 bytes of its row (1 for rows up to 2 KB): 4 warps left most threads holding
+    replicas and capped the rows in flight (bf16 rows of 512: 0.36 of copy on 4 warps,
+    0.80 on 1, on the H200)."""
+    assert occupancy.default_num_warps(_softmax(64, cols, dtype)) == warps
+
+
+def test_small_rows_next_to_a_larger_tile_keep_four_warps():
+    """Only a kernel whose rows are the largest tiles it has takes the small-row rule: a
+    row next to a 64 x 64 block (or a 2-D tile view) is not what was measured."""
+    import tilekit as tk
+
+    @tk.kernel
+    def row_and_block(X, Y, Z, N: tk.constexpr):
+        r = tk.program_id(0)
+        Y.tile((1, N), (r, 0)).store(X.tile((1, N), (r, 0)).load() * 2)
+        Z.tile((64, 64), (r, 0)).store(tk.zeros((64, 64), tk.float32))
+
+    @tk.kernel
+    def rows_of_a_block(X, Y, N: tk.constexpr):
+        r = tk.program_id(0)
+        Y.tile((2, N), (r, 0)).store(X.tile((2, N), (r, 0)).load() * 2)
+
+    a, z = np.zeros((64, 128), np.float32), np.zeros((4096, 64), np.float32)
+    with knobs.override(interpret=True):
+        mixed = row_and_block.trace(a, a.copy(), z, N=128)
+        block = rows_of_a_block.trace(a, a.copy(), N=128)
+    assert occupancy.default_num_warps(mixed) == 4
+    assert occupancy.default_num_warps(block) == 4

@@ -32,6 +32,19 @@ __all__ = ["CALIBRATED_TARGETS", "default_num_warps", "row_blocks_per_sm"]
 # included the host's launch.)
 _ROW_BYTES_PER_THREAD = 64
 
+# A row of fewer than 4096 elements (a *small* row: a kernel over many short rows) takes
+# the same 64 bytes per thread, on 1 to 4 warps. The 4 warps every other kernel gets leave
+# such a row on a few of its threads and the rest replicas, and they cap the rows in
+# flight at 16 per SM (2048 threads): a 1 KB row had 16 KB per SM in flight where one warp
+# per block has 32 KB. Measured on the H200 (2026-11-28, same process, x copy of the same
+# bytes; bench/RESULTS.md, "Small rows"): one row per program, softmax and RMSNorm, 2^25
+# elements, bf16 rows of 384 0.26 -> 0.66, 512 0.36 -> 0.80, 1000 0.67 -> 0.85; f32 of
+# 256 0.58 -> 0.81, 384 0.82 -> 1.03; rows of 4 KB (f32 1024, bf16 2048) as fast on 2
+# warps as on 4, on 1 up to 3% slower. Rows of 128 to 256 elements stay at 0.2-0.8 on any
+# warps (a block per row cannot hold enough bytes in flight): give each program several
+# rows, a `(R, N)` tile (docs/memory_bound.md).
+_SMALL_ROW_MAX_WARPS = 4
+
 # ... and about this many bytes of rows per SM (blocks resident at once x the largest row).
 # Measured on the H100 (bench/memory_bound.py): row kernels at 32-48 KB per SM reached
 # 0.71-0.88 of copy bandwidth, at 64 KB or more 0.92 and above.
@@ -66,20 +79,46 @@ def _row_bytes(module: Module) -> int:
     return row_bytes
 
 
+def _small_row_bytes(module: Module, largest: int) -> int:
+    """The bytes of the largest row of a kernel whose tile views are all single rows of
+    fewer than 4096 elements, none smaller than ``largest`` (the kernel's largest tile of
+    any kind: a row is what it moves); 0 for other kernels."""
+    import math
+
+    row_bytes, row_elements = 0, 0
+    for op in module.walk():
+        if op.name in ("dot", "pipeline"):
+            return 0
+        if op.name in ("tile_load", "tile_store"):
+            shape = op.attrs["shape"]
+            if any(d != 1 for d in shape[:-1]):
+                return 0
+            n = math.prod(shape)
+            row_elements = max(row_elements, n)
+            row_bytes = max(row_bytes, n * op.operands[0].type.dtype.itemsize)
+    return row_bytes if 1 < row_elements < 4096 and row_elements >= largest else 0
+
+
+def _warps_for_row(row_bytes: int, least: int, most: int) -> int:
+    """The power of two of warps nearest ``_ROW_BYTES_PER_THREAD`` bytes per thread."""
+    import math
+
+    warps = row_bytes / (_ROW_BYTES_PER_THREAD * 32)
+    return min(most, max(least, 2 ** round(math.log2(warps))))
+
+
 def default_num_warps(module: Module) -> int:
     """Row kernels (``_row_bytes``): 4 to 8 warps, so that each thread moves about
-    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 8 KB. Other
+    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 8 KB. Kernels
+    of small rows (``_small_row_bytes``): the same bytes per thread on 1 to 4 warps. Other
     kernels: four warps; eight when their largest tile has 8192 elements or more, unless a
     dot's M is under 128 rows (a 64 x 128 or 64 x 256 block: one warpgroup of four warps
     covers its 64 rows on wgmma, and mma.sync runs such tiles on four warps as well)."""
-    import math
-
     from tilekit.ir.types import TileType
 
     row_bytes = _row_bytes(module)
     if row_bytes:
-        warps = row_bytes / (_ROW_BYTES_PER_THREAD * 32)
-        return min(8, max(4, 2 ** round(math.log2(warps))))
+        return _warps_for_row(row_bytes, 4, 8)
     largest, dot_m = 1, None
     for op in module.walk():
         if op.name == "dot":
@@ -90,6 +129,9 @@ def default_num_warps(module: Module) -> int:
                 largest = max(largest, r.type.numel)
     if dot_m is not None and 16 <= dot_m < 128:
         return 4
+    small_row_bytes = _small_row_bytes(module, largest)
+    if small_row_bytes:
+        return _warps_for_row(small_row_bytes, 1, _SMALL_ROW_MAX_WARPS)
     return 8 if largest >= 8192 else 4
 
 
