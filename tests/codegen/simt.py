@@ -335,7 +335,8 @@ def launch_args(compiled: Compiled, arrays: dict[str, np.ndarray],
     return out
 
 
-def emulate_each_block(kernel, x, y_buffer, y, constexprs, grid, region, want):
+def emulate_each_block(kernel, x, y_buffer, y, constexprs, grid, region, want,
+                       num_warps: int | None = None):
     """Run ``kernel(X=x, Y=y)``'s GPU code on the host block by block, the whole buffer of
     ``y`` set to a sentinel before each: block ``b`` (a tuple of ``len(grid)`` indices)
     must write ``want`` at ``region(*b)`` of ``y``, and nothing else (no byte around its
@@ -344,7 +345,7 @@ def emulate_each_block(kernel, x, y_buffer, y, constexprs, grid, region, want):
 
     module = kernel.trace(x, y, **constexprs)
     facts = size_facts_holding(candidate_size_facts(module), {"X": x.shape, "Y": y.shape})
-    compiled = compile_for_host(module, facts)
+    compiled = compile_for_host(module, facts, num_warps=num_warps)
     args = launch_args(compiled, {"X": x, "Y": y})
     bits = np.dtype(f"u{y.dtype.itemsize}")
     raw, got, expected = y_buffer.view(bits), y.view(bits), want.view(bits)

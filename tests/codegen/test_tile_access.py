@@ -251,3 +251,83 @@ def test_emulated_row_reductions_read_windows_in_every_shift(dtype):
     want = (x32 - x32.max(axis=1, keepdims=True)).astype(dtype)
     emulate_each_block(_centre_rows(), x, y_buffer, y, dict(N=cols), (rows,),
                        lambda r: np.s_[r:r + 1, :], want)
+
+
+# --- tail groups that wrap whole -------------------------------------------------------------
+
+ROW_TAILS = [(ml_dtypes.bfloat16, 1000), (np.float32, 1000), (np.float32, 24),
+             (ml_dtypes.bfloat16, 40), (np.int8, 48),  # wrapping whole
+             (ml_dtypes.bfloat16, 1001), (np.float32, 23)]  # straddling the extent
+
+
+@pytest.mark.parametrize("n,warps,itemsize", [(1000, 1, 2), (1000, 4, 2), (1000, 2, 4),
+                                              (24, 1, 4), (40, 4, 2), (48, 2, 1)])
+def test_a_row_whose_length_the_group_divides_wraps_whole(n, warps, itemsize):
+    """``TileLayout.wraps_whole`` against the layout's table: in every thread, a tail
+    group that wraps whole has consecutive wrapped columns and is owned as a whole (all
+    elements or all replicas); a row of 4097 has groups that do not."""
+    from tilekit.codegen.tile_access import split_groups
+
+    lay = default_blocked((1, n), warps, 32, itemsize)
+    width = min(16 // itemsize, lay.encoding.size_per_thread[1])
+    groups = [list(range(g, g + width)) for g in range(0, lay.num_regs, width)]
+    _, tail = split_groups(lay, groups)
+    assert tail and all(lay.wraps_whole(g, 1) for g in tail)
+    coords, owned = lay.table()
+    for g in tail:
+        cols = coords[:, :, g, 1].reshape(-1, len(g))
+        assert (np.diff(cols, axis=1) == 1).all()
+        mine = owned[:, :, g].reshape(-1, len(g))
+        assert (mine.all(axis=1) | ~mine.any(axis=1)).all()
+    ragged = default_blocked((1, 4097), 4, 32, itemsize)
+    _, tail = split_groups(ragged, [list(range(g, g + width))
+                                    for g in range(0, ragged.num_regs, width)])
+    assert not all(ragged.wraps_whole(g, 1) for g in tail)
+
+
+@pytest.mark.parametrize("warps", [1, 2, 4])
+@pytest.mark.parametrize("dtype,cols", ROW_TAILS, ids=lambda v: str(v))
+@pytest.mark.parametrize("case", ["aligned", "misaligned", "wider"])
+def test_emulated_row_tails(case, dtype, cols, warps):
+    """Rows with tail groups (``tile_access._tail_plan``), run on the host: 16-byte rows
+    with the size fact (a group that wraps whole is one vector, no element path), rows
+    that start off a 16-byte boundary (the alignment checked per group), and a tensor
+    wider than the tile (no size fact: the ends of each group checked). Every element past
+    a row's ``cols`` holds a value larger than the row's, so a register that read one
+    (a replica taken from past the row instead of its wrapped element) changes the row's
+    max. Each row's ``x - max(x)`` is exact and nothing else is written."""
+    from tests.codegen.simt import device_buffer, emulate_each_block, sentinel_free_values
+
+    width = 16 // np.dtype(dtype).itemsize
+    rows = 3
+    pitch = cols + {"aligned": 0, "misaligned": 1, "wider": width}[case]
+    offset = 1 if case == "misaligned" else 0
+    values = sentinel_free_values((rows, pitch), dtype)
+    values[:, cols:] = 120  # larger than any value of the rows, in every dtype here
+    _, x_rows = device_buffer(values, offset)
+    y_buffer, y_rows = device_buffer(np.zeros((rows, pitch), dtype), offset)
+    x, y = (x_rows, y_rows) if case == "wider" else (x_rows[:, :cols], y_rows[:, :cols])
+    xs = x[:, :cols].astype(np.float32)
+    want = np.zeros(y.shape, dtype)
+    want[:, :cols] = (xs - xs.max(axis=1, keepdims=True)).astype(dtype)
+    emulate_each_block(_centre_rows(), x, y_buffer, y, dict(N=cols), (rows,),
+                       lambda r: np.s_[r:r + 1, :cols], want, num_warps=warps)
+
+
+def test_a_row_of_1000_bf16_moves_only_vectors():
+    """bench's softmax over rows of 1000 bf16 (2000 bytes, 16-byte rows): every group,
+    the tail's too, is one 128-bit access; no element path is compiled (it was 8 16-bit
+    loads and 8 stores behind a check per thread, and 47 registers where the rows of 1024
+    take 32)."""
+    from bench import memory_bound
+    from tilekit.codegen import compile_module
+
+    x = np.zeros((64, 1000), ml_dtypes.bfloat16)
+    module = memory_bound.tk_softmax.trace(x, x.copy(), N=1000)
+    facts = size_facts_holding(candidate_size_facts(module), {"X": x.shape, "Y": x.shape})
+    for warps in (1, 2, 4):
+        ptx = compile_module(module, "sm_90a", num_warps=warps, divisible=facts
+                             ).binary.decode()
+        accesses = re.findall(r"\b(?:ld|st)\.global(?:\.\w+)*", ptx)
+        assert accesses and set(accesses) == {"ld.global.v4.b32", "st.global.v4.b32"}, \
+            (warps, sorted(set(accesses)))

@@ -44,6 +44,7 @@ from llvmlite import ir
 from tilekit.codegen import scalar_ops as S
 from tilekit.codegen.lower import I32, I64, KernelLowering, TensorHandle, c32
 from tilekit.codegen.lower_memory import (
+    _aligned,
     _contiguous,
     _fast_condition,
     _to_i64,
@@ -279,8 +280,31 @@ def _funnel(L: KernelLowering, words: list[ir.Value], byte: ir.Value, count: int
     return [b.call(fshr, [words[j + 1], words[j], bits]) for j in range(count)]
 
 
-def _tail_condition(L, t, group, offsets, preds) -> ir.Value | None:
-    return _fast_condition(L, t, [group], offsets, preds, True)
+def _tail_plan(L: KernelLowering, t: TensorHandle, lay: TileLayout, group: list[int],
+               offsets: Sequence[ir.Value], preds: Sequence[ir.Value | None],
+               zero_dims: frozenset[int]) -> tuple[ir.Value | None, bool]:
+    """How a tail group moves: ``(condition, whole)``. It moves as one vector where the
+    condition holds (None: always); ``whole``: where it fails, no element of the group is
+    active either, so there is no element path to fall back to.
+
+    A group that wraps whole along the tensor's unit-stride last dim
+    (``TileLayout.wraps_whole``: a row of 1000 bf16 in groups of 8) has consecutive
+    offsets by construction, so only its alignment and the masks of its ends are checked:
+    a tile view's mask is its bounds, which hold for the last element only if they hold
+    for every one before it, and (for stores) ownership, the same for the whole group.
+    When the bucket also proves the alignment and the row's length is a multiple of the
+    tile's (a size fact), the mask is one value for the whole group: all or nothing."""
+    enc = lay.encoding
+    minor = lay.rank - 1
+    if not (t.name in L.unit_inner and isinstance(enc, BlockedEncoding)
+            and enc.order[0] == minor and lay.wraps_whole(group, minor)):
+        return _fast_condition(L, t, [group], offsets, preds, True), False
+    width = len(group)
+    if (_provably_aligned(L, t, lay, width, zero_dims)
+            and (t.name, minor, lay.shape[minor]) in L.divisible):
+        return preds[group[0]], True
+    return L.all_of([_aligned(L, t, offsets[group[0]], width * t.dtype.itemsize, True),
+                     preds[group[0]], preds[group[-1]]]), False
 
 
 class _CorePlan:
@@ -383,8 +407,9 @@ def tile_gather(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         if len(g) == 1:
             (out[g[0]],) = scalars(g)
             continue
-        values = _two_paths(L, _tail_condition(L, t, g, offsets, preds),
-                            lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))
+        fast, whole = _tail_plan(L, t, lay, g, offsets, preds, zero_dims)
+        values = _two_paths(L, fast, lambda g=g: pieces_of(g, 0),
+                            (lambda g=g: [pad] * len(g)) if whole else (lambda g=g: scalars(g)))
         for r, v in zip(g, values):
             out[r] = v
     return out
@@ -477,8 +502,9 @@ def tile_scatter(L: KernelLowering, t: TensorHandle, lay: TileLayout,
         if len(g) == 1:
             scalars(g)
             continue
-        _two_paths(L, _tail_condition(L, t, g, offsets, preds),
-                   lambda g=g: pieces_of(g, 0), lambda g=g: scalars(g))
+        fast, whole = _tail_plan(L, t, lay, g, offsets, preds, zero_dims)
+        _two_paths(L, fast, lambda g=g: pieces_of(g, 0),
+                   (lambda: []) if whole else (lambda g=g: scalars(g)))
 
 
 def _may_end_inside(L: KernelLowering, t: TensorHandle, lay: TileLayout) -> bool:
