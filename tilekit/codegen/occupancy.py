@@ -33,16 +33,17 @@ __all__ = ["CALIBRATED_TARGETS", "default_num_warps", "row_blocks_per_sm"]
 _ROW_BYTES_PER_THREAD = 64
 
 # A row of fewer than 4096 elements (a *small* row: a kernel over many short rows) takes
-# the same 64 bytes per thread, on 1 to 4 warps. The 4 warps every other kernel gets leave
-# such a row on a few of its threads and the rest replicas, and they cap the rows in
-# flight at 16 per SM (2048 threads): a 1 KB row had 16 KB per SM in flight where one warp
-# per block has 32 KB. Measured on the H200 (2026-11-28, same process, x copy of the same
-# bytes; bench/RESULTS.md, "Small rows"): one row per program, softmax and RMSNorm, 2^25
-# elements, bf16 rows of 384 0.26 -> 0.66, 512 0.36 -> 0.80, 1000 0.67 -> 0.85; f32 of
-# 256 0.58 -> 0.81, 384 0.82 -> 1.03; rows of 4 KB (f32 1024, bf16 2048) as fast on 2
-# warps as on 4, on 1 up to 3% slower. Rows of 128 to 256 elements stay at 0.2-0.8 on any
-# warps (a block per row cannot hold enough bytes in flight): give each program several
-# rows, a `(R, N)` tile (docs/memory_bound.md).
+# about 32 bytes of the row per thread, on 1 to 4 warps. The 4 warps every other kernel
+# gets leave a short row on a few threads and the rest replicas, and cap the rows in
+# flight at 16 per SM (2048 threads). Measured on the H200 (2026-11-28, same process,
+# softmax and RMSNorm of 2^25 elements, one row per program, x copy of the same bytes;
+# bench/RESULTS.md, "Short rows"), 4 warps -> these: bf16 rows of 384 0.52 -> 0.67, of
+# 512 0.62 -> 0.79, f32 of 256 0.74 -> 0.81, of 384 0.94 -> 1.03; rows of 2 KB 1-2% faster
+# on 2 warps than on 1 (bf16 1000 1.05 -> 1.06, 1024 0.98 -> 1.00), rows of 4 KB alike on
+# 2 and 4. Rows of 128 to 256 elements stay at 0.2-0.8 on any warps (a block per row
+# cannot hold enough bytes in flight): give each program several rows, a `(R, N)` tile
+# (docs/memory_bound.md).
+_SMALL_ROW_BYTES_PER_THREAD = 32
 _SMALL_ROW_MAX_WARPS = 4
 
 # ... and about this many bytes of rows per SM (blocks resident at once x the largest row).
@@ -99,18 +100,18 @@ def _small_row_bytes(module: Module, largest: int) -> int:
     return row_bytes if 1 < row_elements < 4096 and row_elements >= largest else 0
 
 
-def _warps_for_row(row_bytes: int, least: int, most: int) -> int:
-    """The power of two of warps nearest ``_ROW_BYTES_PER_THREAD`` bytes per thread."""
+def _warps_for_row(row_bytes: int, per_thread: int, least: int, most: int) -> int:
+    """The power of two of warps nearest ``per_thread`` bytes of the row per thread."""
     import math
 
-    warps = row_bytes / (_ROW_BYTES_PER_THREAD * 32)
+    warps = row_bytes / (per_thread * 32)
     return min(most, max(least, 2 ** round(math.log2(warps))))
 
 
 def default_num_warps(module: Module) -> int:
     """Row kernels (``_row_bytes``): 4 to 8 warps, so that each thread moves about
     ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 8 KB. Kernels
-    of small rows (``_small_row_bytes``): the same bytes per thread on 1 to 4 warps. Other
+    of small rows (``_small_row_bytes``): ``_SMALL_ROW_BYTES_PER_THREAD`` on 1 to 4 warps. Other
     kernels: four warps; eight when their largest tile has 8192 elements or more, unless a
     dot's M is under 128 rows (a 64 x 128 or 64 x 256 block: one warpgroup of four warps
     covers its 64 rows on wgmma, and mma.sync runs such tiles on four warps as well)."""
@@ -118,7 +119,7 @@ def default_num_warps(module: Module) -> int:
 
     row_bytes = _row_bytes(module)
     if row_bytes:
-        return _warps_for_row(row_bytes, 4, 8)
+        return _warps_for_row(row_bytes, _ROW_BYTES_PER_THREAD, 4, 8)
     largest, dot_m = 1, None
     for op in module.walk():
         if op.name == "dot":
@@ -131,7 +132,8 @@ def default_num_warps(module: Module) -> int:
         return 4
     small_row_bytes = _small_row_bytes(module, largest)
     if small_row_bytes:
-        return _warps_for_row(small_row_bytes, 1, _SMALL_ROW_MAX_WARPS)
+        return _warps_for_row(small_row_bytes, _SMALL_ROW_BYTES_PER_THREAD, 1,
+                              _SMALL_ROW_MAX_WARPS)
     return 8 if largest >= 8192 else 4
 
 
