@@ -29,8 +29,13 @@ __all__ = ["CALIBRATED_TARGETS", "default_num_warps", "row_blocks_per_sm"]
 # norm bf16 8192 x 8192 0.977 -> 0.989, 8192 x 8193 0.952 -> 0.918; and half the code per
 # thread, which halves their compile (the example softmax of 4097: LLVM 212 -> 150 ms,
 # nvJitLink 91 -> 55 ms offline). (An earlier measurement favoured 2 warps; its timing
-# included the host's launch.)
+# included the host's launch.) Rows of narrower elements (bf16) take twice the bytes per
+# thread, so bf16 rows of 8192 stay on 4 warps: on 8, layer norm lost 3.4 points at
+# 8192 x 8193 on the H100 (gaining 1.2 at 8192 x 8192) and 7-8 points at both on the H200
+# (0.960 -> 0.889, 0.827 -> 0.746; softmax 8192 x 8193 0.944 -> 0.885), where float32 rows
+# of 16 KB ran alike on 4 and 8 warps on both GPUs (bench/RESULTS.md, "Short rows").
 _ROW_BYTES_PER_THREAD = 64
+_NARROW_ROW_BYTES_PER_THREAD = 128
 
 # A row of fewer than 4096 elements (a *small* row: a kernel over many short rows) takes
 # about 32 bytes of the row per thread, on 1 to 4 warps. The 4 warps every other kernel
@@ -80,6 +85,16 @@ def _row_bytes(module: Module) -> int:
     return row_bytes
 
 
+def _narrowest_row_element(module: Module) -> int:
+    """The bytes of the narrowest element among a row kernel's rows (tile views of 4096
+    elements or more)."""
+    import math
+
+    return min((op.operands[0].type.dtype.itemsize for op in module.walk()
+                if op.name in ("tile_load", "tile_store")
+                and math.prod(op.attrs["shape"]) >= 4096), default=4)
+
+
 def _small_row_bytes(module: Module, largest: int) -> int:
     """The bytes of the largest row of a kernel whose tile views are all single rows of
     fewer than 4096 elements, none smaller than ``largest`` (the kernel's largest tile of
@@ -110,7 +125,8 @@ def _warps_for_row(row_bytes: int, per_thread: int, least: int, most: int) -> in
 
 def default_num_warps(module: Module) -> int:
     """Row kernels (``_row_bytes``): 4 to 8 warps, so that each thread moves about
-    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row, or less on rows under 8 KB. Kernels
+    ``_ROW_BYTES_PER_THREAD`` bytes of the largest row (twice that for 2-byte or narrower
+    elements), or less on short rows. Kernels
     of small rows (``_small_row_bytes``): ``_SMALL_ROW_BYTES_PER_THREAD`` on 1 to 4 warps. Other
     kernels: four warps; eight when their largest tile has 8192 elements or more, unless a
     dot's M is under 128 rows (a 64 x 128 or 64 x 256 block: one warpgroup of four warps
@@ -119,7 +135,9 @@ def default_num_warps(module: Module) -> int:
 
     row_bytes = _row_bytes(module)
     if row_bytes:
-        return _warps_for_row(row_bytes, _ROW_BYTES_PER_THREAD, 4, 8)
+        per_thread = (_ROW_BYTES_PER_THREAD if _narrowest_row_element(module) >= 4
+                      else _NARROW_ROW_BYTES_PER_THREAD)
+        return _warps_for_row(row_bytes, per_thread, 4, 8)
     largest, dot_m = 1, None
     for op in module.walk():
         if op.name == "dot":
