@@ -15,6 +15,7 @@ from tilekit.errors import (
     ExecutionError,
     LaunchError,
     MemoryAccessError,
+    PerformanceWarning,
     PortfolioError,
     TilekitError,
     TraceError,

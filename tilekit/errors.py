@@ -168,3 +168,10 @@ class MemoryAccessError(ExecutionError):
 
 class PortfolioError(TilekitError):
     """An AOT portfolio file, or the declaration of what to build into one, is wrong."""
+
+
+class PerformanceWarning(UserWarning):
+    """A kernel runs correctly but slowly, for a reason tilekit can name (its registers
+    spill to local memory). Shown once per kernel source line; silence it with
+    ``warnings.simplefilter("ignore", tilekit.PerformanceWarning)`` or make it an error
+    with ``"error"``."""

@@ -523,6 +523,30 @@ def load_function(image: bytes, name: str, device: int, shared_bytes: int,
     return LoadedFunction(module.value or 0, handle, handle, device)
 
 
+# CUfunction_attribute values (cuda.h)
+FUNC_MAX_THREADS_PER_BLOCK = 0
+FUNC_LOCAL_SIZE_BYTES = 3
+FUNC_NUM_REGS = 4
+
+
+def function_attributes(handle: int) -> dict[int, int]:
+    """``cuFuncGetAttribute`` of a loaded function for its thread limit, local memory per
+    thread (register spills) and registers per thread; empty when the driver (or a test's
+    stand-in) does not answer. Never raises: the answers only inform."""
+    try:
+        fn = library().cuFuncGetAttribute
+    except Exception:  # no driver, or a stand-in without the symbol
+        return {}
+    fn.argtypes = (ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_void_p)
+    fn.restype = ctypes.c_int
+    out: dict[int, int] = {}
+    value = ctypes.c_int()
+    for attr in (FUNC_MAX_THREADS_PER_BLOCK, FUNC_LOCAL_SIZE_BYTES, FUNC_NUM_REGS):
+        if fn(ctypes.byref(value), attr, ctypes.c_void_p(handle)) == 0:
+            out[attr] = value.value
+    return out
+
+
 # --- tensor maps (TMA) --------------------------------------------------------------------
 
 

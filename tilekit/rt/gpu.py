@@ -251,6 +251,8 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None,
     checks.check_block(compiled.block_threads, props.max_threads_per_block, loc)
     image = entry.image or compiled.binary  # no nvJitLink: the driver JITs the PTX
     function = driver.load_function(image, compiled.name, device, compiled.shared_bytes, loc)
+    warn_if_spilling(compiled, driver.function_attributes(function.handle),
+                     getattr(kern, "loc", None) or loc)
     status_ptr = 0
     if compiled.asserts:
         status_ptr = driver.alloc(16, loc)
@@ -259,6 +261,37 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None,
     loaded = LoadedKernel.build(compiled, function, props, status_ptr)
     kern._loaded[variant] = loaded
     return loaded
+
+
+_SPILL_WARNINGS: dict[Any, Any] = {}  # warnings' registry: once per source line
+
+
+def warn_if_spilling(compiled: CompiledKernel, attributes: dict[int, int],
+                     loc: SourceLoc | None) -> None:
+    """A ``PerformanceWarning`` at the kernel's source line when its loaded code keeps
+    values in local memory (``attributes``: ``driver.function_attributes``): a tile too
+    large for the registers, typically a whole long row held across a reduction. Such a
+    kernel runs, at a fraction of its speed; the fix is in the kernel, not the call."""
+    import warnings
+
+    from tilekit.errors import PerformanceWarning
+
+    spilled = attributes.get(driver.FUNC_LOCAL_SIZE_BYTES, 0)
+    if spilled <= 0:
+        return
+    registers = attributes.get(driver.FUNC_NUM_REGS)
+    message = (
+        f"kernel `{compiled.name}` keeps {spilled} bytes per thread in local memory: its "
+        f"tiles need more than the {registers or 'available'} registers per thread of its "
+        f"{compiled.num_warps} warps, so values spill and every access to them goes "
+        "through the cache hierarchy. Hold less at once: loop over a long row in chunks "
+        "(examples/layer_norm.py) or use smaller tiles. TILEKIT_DUMP=layout shows the "
+        "registers each tile takes.")
+    if loc is None:
+        warnings.warn(message, PerformanceWarning, stacklevel=2)
+    else:
+        warnings.warn_explicit(message, PerformanceWarning, loc.file, loc.line,
+                               module="tilekit", registry=_SPILL_WARNINGS)
 
 
 def _untraced(kern: Any, spec: Specialization, device: int) -> Any:

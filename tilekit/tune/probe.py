@@ -10,7 +10,6 @@ pure function of the reports, so tests feed it fake reports.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from tilekit.ir.core import Module
 # 32-bit registers one block may use (and one SM holds) on sm_80 and sm_90.
 REGISTER_FILE = 65536
 
-# CUfunction_attribute values (cuda.h)
+# CUfunction_attribute values (cuda.h; ``tilekit.rt.driver`` asks for them)
 _MAX_THREADS_PER_BLOCK = 0
 _LOCAL_SIZE_BYTES = 3
 _NUM_REGS = 4
@@ -91,23 +90,10 @@ def probe_gpu(kern: Any, bound: Mapping[str, Any], loc: SourceLoc | None) -> Rep
 
 
 def function_attributes(handle: int) -> dict[int, int]:
-    """``cuFuncGetAttribute`` of a loaded function for registers, local memory and its
-    thread limit; empty when the driver (or a test's stand-in) does not answer.
-    ``tilekit.rt.driver`` does not wrap this call; it is made here on its library."""
+    """``tilekit.rt.driver.function_attributes`` (registers, local memory, thread limit)."""
     from tilekit.rt import driver
 
-    try:
-        fn = driver.library().cuFuncGetAttribute
-    except Exception:  # no driver, or a stand-in without the symbol
-        return {}
-    fn.argtypes = (ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_void_p)
-    fn.restype = ctypes.c_int
-    out: dict[int, int] = {}
-    value = ctypes.c_int()
-    for attr in (_MAX_THREADS_PER_BLOCK, _LOCAL_SIZE_BYTES, _NUM_REGS):
-        if fn(ctypes.byref(value), attr, ctypes.c_void_p(handle)) == 0:
-            out[attr] = value.value
-    return out
+    return driver.function_attributes(handle)
 
 
 def prune_reasons(reports: Mapping[int, Report]) -> dict[int, str]:
