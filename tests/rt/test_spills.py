@@ -29,8 +29,8 @@ def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu, "_SPILL_WARNINGS", {})
 
 
-def _compiled(name: str = "softmax") -> SimpleNamespace:
-    return SimpleNamespace(name=name, num_warps=8)
+def _compiled(name: str = "softmax", warps: int = 8) -> SimpleNamespace:
+    return SimpleNamespace(name=name, num_warps=warps, block_threads=32 * warps)
 
 
 def test_a_spilling_kernel_is_named_at_its_source_line() -> None:
@@ -40,17 +40,36 @@ def test_a_spilling_kernel_is_named_at_its_source_line() -> None:
     (w,) = caught
     assert (w.filename, w.lineno) == ("/work/user/kernels.py", 42)
     text = str(w.message)
-    assert "`softmax`" in text and "2384 bytes per thread" in text and "255 registers" in text
+    assert "`softmax` spills 2384 bytes per thread" in text and "255 registers" in text
     assert "8 warps" in text and "chunks" in text
 
 
 @pytest.mark.parametrize("attributes", [
-    {}, {driver.FUNC_NUM_REGS: 40}, {driver.FUNC_LOCAL_SIZE_BYTES: 0, driver.FUNC_NUM_REGS: 96}])
+    {}, {driver.FUNC_NUM_REGS: 40},
+    {driver.FUNC_LOCAL_SIZE_BYTES: 0, driver.FUNC_NUM_REGS: 255},
+    # local arrays below the cap, as measured on the H200: device printf's arguments, the
+    # slow path of libdevice's sin
+    {driver.FUNC_LOCAL_SIZE_BYTES: 96, driver.FUNC_NUM_REGS: 33},
+    {driver.FUNC_LOCAL_SIZE_BYTES: 40, driver.FUNC_NUM_REGS: 46}])
 def test_no_spill_no_warning(attributes: dict[int, int]) -> None:
-    """Nothing in local memory, or a driver that does not answer: silence."""
+    """Nothing in local memory, an array in local memory below the register cap, or a
+    driver that does not answer: silence."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        gpu.warn_if_spilling(_compiled(), attributes, SourceLoc("k.py", 1))
+        gpu.warn_if_spilling(_compiled(warps=4), attributes, SourceLoc("k.py", 1))
+
+
+@pytest.mark.parametrize("threads,cap", [(32, 255), (256, 255), (384, 168), (512, 128),
+                                         (1024, 64)])
+def test_the_register_cap_follows_the_block(threads: int, cap: int) -> None:
+    """12 warps: 65536 / 384 = 170.7, allocated 8 at a time: 168 (a pipelined matmul at
+    168 registers with 32 bytes of local memory spills)."""
+    assert gpu.register_cap(threads) == cap
+    with pytest.warns(tk.PerformanceWarning, match=f"{cap} registers"):
+        gpu.warn_if_spilling(SimpleNamespace(name="k", num_warps=threads // 32,
+                                             block_threads=threads),
+                             {driver.FUNC_LOCAL_SIZE_BYTES: 32, driver.FUNC_NUM_REGS: cap},
+                             SourceLoc("k.py", threads))
 
 
 def test_once_per_source_line_and_can_be_an_error() -> None:

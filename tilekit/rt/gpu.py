@@ -266,24 +266,32 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None,
 _SPILL_WARNINGS: dict[Any, Any] = {}  # warnings' registry: once per source line
 
 
+def register_cap(threads: int) -> int:
+    """The most registers a thread of a ``threads``-thread block can be given (255, or
+    fewer when one block of that size must fit the 64 K register file; allocated 8 at a
+    time). Local memory in a kernel below its cap is an array, not a spill."""
+    return min(255, 65536 // max(1, threads) // 8 * 8)
+
+
 def warn_if_spilling(compiled: CompiledKernel, attributes: dict[int, int],
                      loc: SourceLoc | None) -> None:
-    """A ``PerformanceWarning`` at the kernel's source line when its loaded code keeps
-    values in local memory (``attributes``: ``driver.function_attributes``): a tile too
-    large for the registers, typically a whole long row held across a reduction. Such a
-    kernel runs, at a fraction of its speed; the fix is in the kernel, not the call."""
+    """A ``PerformanceWarning`` at the kernel's source line when its loaded code spills
+    (``attributes``: ``driver.function_attributes``; local memory at the register cap):
+    tiles too large for the registers, typically a whole long row held across a
+    reduction. Such a kernel runs, at a fraction of its speed; the fix is in the kernel,
+    not the call."""
     import warnings
 
     from tilekit.errors import PerformanceWarning
 
     spilled = attributes.get(driver.FUNC_LOCAL_SIZE_BYTES, 0)
-    if spilled <= 0:
-        return
-    registers = attributes.get(driver.FUNC_NUM_REGS)
+    registers = attributes.get(driver.FUNC_NUM_REGS, 0)
+    if spilled <= 0 or registers < register_cap(compiled.block_threads):
+        return  # below the cap, local memory is an array (printf's arguments, sin's table)
     message = (
-        f"kernel `{compiled.name}` keeps {spilled} bytes per thread in local memory: its "
-        f"tiles need more than the {registers or 'available'} registers per thread of its "
-        f"{compiled.num_warps} warps, so values spill and every access to them goes "
+        f"kernel `{compiled.name}` spills {spilled} bytes per thread to local memory: its "
+        f"tiles need more than the {registers} registers a thread of its "
+        f"{compiled.num_warps} warps can have, and every access to a spilled value goes "
         "through the cache hierarchy. Hold less at once: loop over a long row in chunks "
         "(examples/layer_norm.py) or use smaller tiles. TILEKIT_DUMP=layout shows the "
         "registers each tile takes.")
