@@ -302,7 +302,7 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
                 f"for {what}its layout conversions and reductions; {tgt.name} has "
                 f"{tgt.max_shared_bytes}", fn.loc,
                 hints=["use smaller tiles" + (" or fewer stages" if pipeline_bytes else "")])
-        blocks = (row_blocks_per_sm(laid, warps, divisible)
+        blocks = (row_blocks_per_sm(laid, warps, divisible, (aligned16, unit_inner, strides16))
                   if tgt.name in CALIBRATED_TARGETS else 1)
         if blocks > 1:
             lowering.vendor.min_blocks_per_sm(lowering.module, lowering.func, blocks)

@@ -198,14 +198,20 @@ def _checked_per_register(laid: Module, divisible: frozenset[tuple[str, int, int
                for op in _accessed(laid) for d, n in enumerate(op.attrs["shape"]) if n > 1)
 
 
-def _ragged_tail(laid: Module) -> bool:
+def _ragged_tail(laid: Module, aligned: tuple[frozenset[str], frozenset[str],
+                                                frozenset[str]] = (frozenset(),) * 3) -> bool:
     """Whether a tile access has a run of registers (along the minor dim) that may pass the
     tile's extent and holds elements of several threads: a row of 8191 on 128 threads of 8
     (its last run), not one of 8193 (whose last run holds one element, in thread 0, and
     replicas, whose wrapped offsets LLVM folds). Such a run takes its own checked path,
-    with an offset per register: up to 150 registers more than ``_registers_needed``."""
+    with an offset per register: up to 150 registers more than ``_registers_needed``. A
+    run that wraps whole (``TileLayout.wraps_whole``: rows of 5000 in runs of 8) of a
+    tensor the bucket proves 16-byte aligned row by row (``aligned``: the bucket's
+    ``aligned16``, ``unit_inner`` and ``strides16``) takes no such path
+    (``tile_access._tail_plan``)."""
     from tilekit.layout.tile_layouts import BlockedEncoding
 
+    aligned16, unit_inner, strides16 = aligned
     for op in _accessed(laid):
         lay = _tile_type(op).layout
         enc = lay.encoding
@@ -215,8 +221,13 @@ def _ragged_tail(laid: Module) -> bool:
         d = lay.dims[minor]
         steps = [term.mult for term in (d.lane, d.warp) if term.mod > 1]
         run = min(enc.size_per_thread[minor], lay.shape[minor])
+        name = op.operands[0].name_hint
+        whole_ok = (name in aligned16 and name in unit_inner and minor == lay.rank - 1
+                    and (lay.rank == 1 or name in strides16))
         for first in range(0, lay.num_regs, run):
             regs = range(first, min(first + run, lay.num_regs))
+            if whole_ok and len(regs) > 1 and lay.wraps_whole(list(regs), minor):
+                continue
             if any(lay.may_wrap(r, minor) for r in regs) and steps and any(
                     d.offsets[r] + min(steps) < d.extent for r in regs):
                 return True
@@ -234,7 +245,9 @@ def _registers_needed(laid: Module) -> int:
 
 
 def row_blocks_per_sm(laid: Module, warps: int,
-                      divisible: frozenset[tuple[str, int, int]]) -> int:
+                      divisible: frozenset[tuple[str, int, int]],
+                      aligned: tuple[frozenset[str], frozenset[str], frozenset[str]] = (
+                          frozenset(),) * 3) -> int:
     """The blocks per SM a row kernel asks the assembler to make room for (``.minnctapersm``
     caps its registers at ``_REGISTERS_PER_SM / (blocks x threads)``): enough for
     ``_ROW_BYTES_PER_SM`` of its largest row, as long as the registers it needs still fit.
@@ -243,7 +256,7 @@ def row_blocks_per_sm(laid: Module, warps: int,
     for ragged tails (``_ragged_tail``) and for accesses without their size facts
     (``_checked_per_register``)."""
     row_bytes = _row_bytes(laid)
-    if not row_bytes or _ragged_tail(laid) or _checked_per_register(laid, divisible):
+    if not row_bytes or _ragged_tail(laid, aligned) or _checked_per_register(laid, divisible):
         return 1
     wanted = -(-_ROW_BYTES_PER_SM // row_bytes)
     fits = _REGISTERS_PER_SM // (warps * 32 * _registers_needed(laid))
