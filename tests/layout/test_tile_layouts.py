@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tilekit.errors import LayoutError
@@ -290,3 +290,29 @@ def test_printed_forms():
     assert str(enc) == "#blocked<spt=[1,4] tpw=[2,16] wpc=[4,1] order=[1,0]>"
     assert str(SliceEncoding(enc, 1)) == f"#slice<dim=1, {enc}>"
     assert str(TileLayout((8, 64), enc)) == str(enc)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(1, 150), min_size=1, max_size=2),
+       st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([4, 8, 16]))
+def test_wraps_whole_is_sound(shape, warps, itemsize, vector_bytes):
+    """Wherever ``wraps_whole`` says a run along the minor dim wraps whole, every thread's
+    wrapped coordinates of the run are consecutive and the run is owned all or nothing
+    (what ``codegen.tile_access`` drops its checks on), on random shapes, warps and
+    element sizes."""
+    lay = default_blocked(tuple(shape), warps, 32, itemsize, vector_bytes=vector_bytes)
+    minor = lay.rank - 1
+    coords, owned = lay.table()
+    run = min(lay.encoding.size_per_thread[minor], lay.shape[minor])
+    for first in range(0, lay.num_regs, run):
+        regs = list(range(first, min(first + run, lay.num_regs)))
+        if len(regs) < 2 or not lay.wraps_whole(regs, minor):
+            continue
+        cols = coords[:, :, regs, minor].reshape(-1, len(regs))
+        assert (np.diff(cols, axis=1) == 1).all(), (shape, warps, itemsize, regs)
+        for k in range(lay.rank - 1):  # one row of the tile per run
+            other = coords[:, :, regs, k].reshape(-1, len(regs))
+            assert (other == other[:, :1]).all()
+        mine = owned[:, :, regs].reshape(-1, len(regs))
+        assert (mine.all(axis=1) | ~mine.any(axis=1)).all()
