@@ -41,7 +41,7 @@ def test_a_spilling_kernel_is_named_at_its_source_line() -> None:
     assert (w.filename, w.lineno) == ("/work/user/kernels.py", 42)
     text = str(w.message)
     assert "`softmax` spills 2384 bytes per thread" in text and "255 registers" in text
-    assert "8 warps" in text and "chunks" in text
+    assert "8 warps" in text and "chunks" in text and "N / 256 values per thread" in text
 
 
 @pytest.mark.parametrize("attributes", [

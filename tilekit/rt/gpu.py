@@ -293,8 +293,9 @@ def warn_if_spilling(compiled: CompiledKernel, attributes: dict[int, int],
         f"tiles need more than the {registers} registers a thread of its "
         f"{compiled.num_warps} warps can have, and every access to a spilled value goes "
         "through the cache hierarchy. Hold less at once: loop over a long row in chunks "
-        "(examples/layer_norm.py) or use smaller tiles. TILEKIT_DUMP=layout shows the "
-        "registers each tile takes.")
+        "(examples/layer_norm.py) or use smaller tiles. TILEKIT_DUMP=layout prints every "
+        f"tile's layout (a (1, N) tile on {compiled.num_warps} warps holds about "
+        f"N / {32 * compiled.num_warps} values per thread).")
     if loc is None:
         warnings.warn(message, PerformanceWarning, stacklevel=2)
     else:
