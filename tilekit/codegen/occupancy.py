@@ -126,8 +126,8 @@ def _warps_for_row(row_bytes: int, per_thread: int, least: int, most: int) -> in
 def default_num_warps(module: Module) -> int:
     """Row kernels (``_row_bytes``): 4 to 8 warps, so that each thread moves about
     ``_ROW_BYTES_PER_THREAD`` bytes of the largest row (twice that for 2-byte or narrower
-    elements), or less on short rows. Kernels
-    of small rows (``_small_row_bytes``): ``_SMALL_ROW_BYTES_PER_THREAD`` on 1 to 4 warps. Other
+    elements), or less on rows under 8 KB. Kernels of short rows (``_small_row_bytes``):
+    about ``_SMALL_ROW_BYTES_PER_THREAD`` bytes per thread on 1 to 4 warps. Other
     kernels: four warps; eight when their largest tile has 8192 elements or more, unless a
     dot's M is under 128 rows (a 64 x 128 or 64 x 256 block: one warpgroup of four warps
     covers its 64 rows on wgmma, and mma.sync runs such tiles on four warps as well)."""

@@ -269,7 +269,9 @@ _SPILL_WARNINGS: dict[Any, Any] = {}  # warnings' registry: once per source line
 def register_cap(threads: int) -> int:
     """The most registers a thread of a ``threads``-thread block can be given (255, or
     fewer when one block of that size must fit the 64 K register file; allocated 8 at a
-    time). Local memory in a kernel below its cap is an array, not a spill."""
+    time). Local memory in a kernel below its cap is an array, not a spill. (A row kernel
+    whose blocks-per-SM request caps it lower, ``occupancy.row_blocks_per_sm``, is not
+    judged by its own cap: that request is only made where the estimate says it fits.)"""
     return min(255, 65536 // max(1, threads) // 8 * 8)
 
 
