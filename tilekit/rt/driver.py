@@ -523,6 +523,9 @@ def load_function(image: bytes, name: str, device: int, shared_bytes: int,
     return LoadedFunction(module.value or 0, handle, handle, device)
 
 
+# 32-bit registers one block may use (and one SM holds) on sm_80 and sm_90.
+REGISTER_FILE = 65536
+
 # CUfunction_attribute values (cuda.h)
 FUNC_MAX_THREADS_PER_BLOCK = 0
 FUNC_LOCAL_SIZE_BYTES = 3

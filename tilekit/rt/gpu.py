@@ -26,7 +26,7 @@ import numpy as np
 from tilekit import knobs
 from tilekit.codegen.artifact import CompiledKernel, ParamSlot, SlotKind
 from tilekit.codegen.size_facts import SizeFact, size_facts_holding
-from tilekit.errors import ExecutionError, SourceLoc
+from tilekit.errors import ExecutionError, PerformanceWarning, SourceLoc
 from tilekit.ir.dtypes import DType
 from tilekit.lang.kernel import ConstSpec, ScalarSpec, Specialization, TensorSpec
 from tilekit.record import Record
@@ -272,7 +272,7 @@ def register_cap(threads: int) -> int:
     time). Local memory in a kernel below its cap is an array, not a spill. (A row kernel
     whose blocks-per-SM request caps it lower, ``occupancy.row_blocks_per_sm``, is not
     judged by its own cap: that request is only made where the estimate says it fits.)"""
-    return min(255, 65536 // max(1, threads) // 8 * 8)
+    return min(255, driver.REGISTER_FILE // max(1, threads) // 8 * 8)
 
 
 def warn_if_spilling(compiled: CompiledKernel, attributes: dict[int, int],
@@ -283,8 +283,6 @@ def warn_if_spilling(compiled: CompiledKernel, attributes: dict[int, int],
     reduction. Such a kernel runs, at a fraction of its speed; the fix is in the kernel,
     not the call."""
     import warnings
-
-    from tilekit.errors import PerformanceWarning
 
     spilled = attributes.get(driver.FUNC_LOCAL_SIZE_BYTES, 0)
     registers = attributes.get(driver.FUNC_NUM_REGS, 0)

@@ -16,14 +16,12 @@ from typing import Any
 
 from tilekit.errors import SourceLoc
 from tilekit.ir.core import Module
-
-# 32-bit registers one block may use (and one SM holds) on sm_80 and sm_90.
-REGISTER_FILE = 65536
-
-# CUfunction_attribute values (cuda.h; ``tilekit.rt.driver`` asks for them)
-_MAX_THREADS_PER_BLOCK = 0
-_LOCAL_SIZE_BYTES = 3
-_NUM_REGS = 4
+from tilekit.rt.driver import (
+    FUNC_LOCAL_SIZE_BYTES,
+    FUNC_MAX_THREADS_PER_BLOCK,
+    FUNC_NUM_REGS,
+    REGISTER_FILE,
+)
 
 
 @dataclass(frozen=True)
@@ -81,19 +79,12 @@ def probe_gpu(kern: Any, bound: Mapping[str, Any], loc: SourceLoc | None) -> Rep
                                    {n: a.shape for n, a in tensors.items()})
     loaded = gpu._load(kern, gpu.Variant(spec, device, divisible), loc)
     compiled = loaded.compiled
-    attrs = function_attributes(loaded.function.handle)
+    attrs = driver.function_attributes(loaded.function.handle)
     written = tuple(dict.fromkeys((*compiled.written_args,
                                    *written_names(kern.specialize(spec)))))
     return Report(loaded.props.arch, written, compiled.block_threads, compiled.shared_bytes,
-                  loaded.props.max_shared_optin, attrs.get(_NUM_REGS),
-                  attrs.get(_LOCAL_SIZE_BYTES), attrs.get(_MAX_THREADS_PER_BLOCK))
-
-
-def function_attributes(handle: int) -> dict[int, int]:
-    """``tilekit.rt.driver.function_attributes`` (registers, local memory, thread limit)."""
-    from tilekit.rt import driver
-
-    return driver.function_attributes(handle)
+                  loaded.props.max_shared_optin, attrs.get(FUNC_NUM_REGS),
+                  attrs.get(FUNC_LOCAL_SIZE_BYTES), attrs.get(FUNC_MAX_THREADS_PER_BLOCK))
 
 
 def prune_reasons(reports: Mapping[int, Report]) -> dict[int, str]:
