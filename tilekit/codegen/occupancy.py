@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tilekit.ir.core import Module, Operation
+from tilekit.record import Record
 
 if TYPE_CHECKING:
     from tilekit.ir.types import TileType
@@ -66,53 +67,56 @@ _RESERVED_REGISTERS = 40
 CALIBRATED_TARGETS = frozenset({"sm_90a"})
 
 
-def _row_bytes(module: Module) -> int:
-    """The bytes of the largest row a row kernel moves (no dot, no pipeline, every tile of
-    4096 elements or more it loads or stores is a single row); 0 for other kernels."""
+class _View(Record):
+    """A tile view a kernel loads or stores: its elements, their bytes, whether it is one
+    row (every dim but the last of extent 1)."""
+    __slots__ = ()
+    elements: int
+    itemsize: int
+    single_row: bool
+
+
+def _views(module: Module) -> list[_View] | None:
+    """The tile views a kernel moves; None for a kernel with a dot or a pipeline (never a
+    row kernel)."""
     import math
 
-    row_bytes = 0
+    views = []
     for op in module.walk():
         if op.name in ("dot", "pipeline"):
-            return 0
+            return None
         if op.name in ("tile_load", "tile_store"):
             shape = op.attrs["shape"]
-            n = math.prod(shape)
-            if n >= 4096:
-                if any(d != 1 for d in shape[:-1]):
-                    return 0
-                row_bytes = max(row_bytes, n * op.operands[0].type.dtype.itemsize)
-    return row_bytes
+            views.append(_View(math.prod(shape), op.operands[0].type.dtype.itemsize,
+                               all(d == 1 for d in shape[:-1])))
+    return views
 
 
-def _narrowest_row_element(module: Module) -> int:
+def _row_bytes(views: list[_View] | None) -> int:
+    """The bytes of the largest row a row kernel moves (no dot, no pipeline, every tile of
+    4096 elements or more it loads or stores is a single row); 0 for other kernels."""
+    large = [v for v in views or () if v.elements >= 4096]
+    if not large or not all(v.single_row for v in large):
+        return 0
+    return max(v.elements * v.itemsize for v in large)
+
+
+def _narrowest_row_element(views: list[_View]) -> int:
     """The bytes of the narrowest element among a row kernel's rows (tile views of 4096
     elements or more)."""
-    import math
-
-    return min((op.operands[0].type.dtype.itemsize for op in module.walk()
-                if op.name in ("tile_load", "tile_store")
-                and math.prod(op.attrs["shape"]) >= 4096), default=4)
+    return min((v.itemsize for v in views if v.elements >= 4096), default=4)
 
 
-def _small_row_bytes(module: Module, largest: int) -> int:
+def _small_row_bytes(views: list[_View] | None, largest: int) -> int:
     """The bytes of the largest row of a kernel whose tile views are all single rows of
     fewer than 4096 elements, none smaller than ``largest`` (the kernel's largest tile of
     any kind: a row is what it moves); 0 for other kernels."""
-    import math
-
-    row_bytes, row_elements = 0, 0
-    for op in module.walk():
-        if op.name in ("dot", "pipeline"):
-            return 0
-        if op.name in ("tile_load", "tile_store"):
-            shape = op.attrs["shape"]
-            if any(d != 1 for d in shape[:-1]):
-                return 0
-            n = math.prod(shape)
-            row_elements = max(row_elements, n)
-            row_bytes = max(row_bytes, n * op.operands[0].type.dtype.itemsize)
-    return row_bytes if 1 < row_elements < 4096 and row_elements >= largest else 0
+    if not views or not all(v.single_row for v in views):
+        return 0
+    row_elements = max(v.elements for v in views)
+    if not (1 < row_elements < 4096 and row_elements >= largest):
+        return 0
+    return max(v.elements * v.itemsize for v in views)
 
 
 def _warps_for_row(row_bytes: int, per_thread: int, least: int, most: int) -> int:
@@ -133,9 +137,11 @@ def default_num_warps(module: Module) -> int:
     covers its 64 rows on wgmma, and mma.sync runs such tiles on four warps as well)."""
     from tilekit.ir.types import TileType
 
-    row_bytes = _row_bytes(module)
+    views = _views(module)
+    row_bytes = _row_bytes(views)
     if row_bytes:
-        per_thread = (_ROW_BYTES_PER_THREAD if _narrowest_row_element(module) >= 4
+        assert views is not None
+        per_thread = (_ROW_BYTES_PER_THREAD if _narrowest_row_element(views) >= 4
                       else _NARROW_ROW_BYTES_PER_THREAD)
         return _warps_for_row(row_bytes, per_thread, 4, 8)
     largest, dot_m = 1, None
@@ -148,7 +154,7 @@ def default_num_warps(module: Module) -> int:
                 largest = max(largest, r.type.numel)
     if dot_m is not None and 16 <= dot_m < 128:
         return 4
-    small_row_bytes = _small_row_bytes(module, largest)
+    small_row_bytes = _small_row_bytes(views, largest)
     if small_row_bytes:
         return _warps_for_row(small_row_bytes, _SMALL_ROW_BYTES_PER_THREAD, 1,
                               _SMALL_ROW_MAX_WARPS)
@@ -255,7 +261,7 @@ def row_blocks_per_sm(laid: Module, warps: int,
     where 96 fit, three blocks per SM instead of five). 1 (no request) for other kernels,
     for ragged tails (``_ragged_tail``) and for accesses without their size facts
     (``_checked_per_register``)."""
-    row_bytes = _row_bytes(laid)
+    row_bytes = _row_bytes(_views(laid))
     if not row_bytes or _ragged_tail(laid, aligned) or _checked_per_register(laid, divisible):
         return 1
     wanted = -(-_ROW_BYTES_PER_SM // row_bytes)
