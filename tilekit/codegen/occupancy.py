@@ -215,9 +215,9 @@ def _ragged_tail(laid: Module, aligned: tuple[frozenset[str], frozenset[str],
     tensor the bucket proves 16-byte aligned row by row (``aligned``: the bucket's
     ``aligned16``, ``unit_inner`` and ``strides16``) takes no such path
     (``tile_access._tail_plan``)."""
+    from tilekit.codegen.tile_access import rows_aligned
     from tilekit.layout.tile_layouts import BlockedEncoding
 
-    aligned16, unit_inner, strides16 = aligned
     for op in _accessed(laid):
         lay = _tile_type(op).layout
         enc = lay.encoding
@@ -227,9 +227,8 @@ def _ragged_tail(laid: Module, aligned: tuple[frozenset[str], frozenset[str],
         d = lay.dims[minor]
         steps = [term.mult for term in (d.lane, d.warp) if term.mod > 1]
         run = min(enc.size_per_thread[minor], lay.shape[minor])
-        name = op.operands[0].name_hint
-        whole_ok = (name in aligned16 and name in unit_inner and minor == lay.rank - 1
-                    and (lay.rank == 1 or name in strides16))
+        whole_ok = minor == lay.rank - 1 and rows_aligned(op.operands[0].name_hint,
+                                                          lay.rank, aligned)
         for first in range(0, lay.num_regs, run):
             regs = range(first, min(first + run, lay.num_regs))
             if whole_ok and len(regs) > 1 and lay.wraps_whole(list(regs), minor):

@@ -196,9 +196,18 @@ def _provably_aligned(L: KernelLowering, t: TensorHandle, lay: TileLayout, width
     the shuffle path's warp vote would pin their loads in place."""
     enc = lay.encoding
     minor = enc.order[0] if isinstance(enc, BlockedEncoding) else lay.rank - 1
-    return (t.name in L.aligned16 and t.name in L.unit_inner
-            and (lay.rank == 1 or t.name in L.strides16)
+    return (rows_aligned(t.name, lay.rank, (L.aligned16, L.unit_inner, L.strides16))
             and (lay.shape[minor] % width == 0 or minor in zero_dims))
+
+
+def rows_aligned(name: str, rank: int,
+                 facts: tuple[frozenset[str], frozenset[str], frozenset[str]]) -> bool:
+    """Whether the bucket's facts (``aligned16``, ``unit_inner``, ``strides16``) put every
+    row of tensor ``name`` on a 16-byte boundary: an aligned base, a unit inner stride and
+    16-byte strides on the other dims. ``occupancy`` asks it too, of tails that wrap
+    whole."""
+    aligned16, unit_inner, strides16 = facts
+    return name in aligned16 and name in unit_inner and (rank == 1 or name in strides16)
 
 
 def _words(L: KernelLowering, vec: ir.Value, nbytes: int) -> list[ir.Value]:
