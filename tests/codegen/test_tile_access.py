@@ -293,9 +293,11 @@ def test_emulated_row_tails(case, dtype, cols, warps):
     with the size fact (a group that wraps whole is one vector, no element path), rows
     that start off a 16-byte boundary (the alignment checked per group), and a tensor
     wider than the tile (no size fact: the ends of each group checked). Every element past
-    a row's ``cols`` holds a value larger than the row's, so a register that read one
-    (a replica taken from past the row instead of its wrapped element) changes the row's
-    max. Each row's ``x - max(x)`` is exact and nothing else is written."""
+    a row's ``cols`` holds a value larger than the row's, so an owned register that read
+    one changes the row's max. (A replica that read one would not: replicas take no part
+    in the result. That ``wraps_whole`` holds where it says so is checked against the
+    layout's table, above and in tests/layout.) Each row's ``x - max(x)`` is exact and
+    nothing else is written."""
     from tests.codegen.simt import device_buffer, emulate_each_block, sentinel_free_values
 
     width = 16 // np.dtype(dtype).itemsize
