@@ -8,9 +8,8 @@ line with the program id and the offending index.
 
 from __future__ import annotations
 
-import itertools
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -141,13 +140,25 @@ def normalize_grid(grid: Sequence[int]) -> tuple[int, int, int]:
     return g  # type: ignore[return-value]
 
 
+def program_ids(grid: tuple[int, int, int]) -> Iterator[tuple[int, int, int]]:
+    """The program ids of ``grid`` in launch order (x fastest), generated one at a time:
+    memory stays flat in the grid's size (``itertools.product`` would first make a tuple
+    of each range, 2**31 ints for the largest grid)."""
+    gx, gy, gz = grid
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                yield x, y, z
+
+
 def run(function: Function, grid: Sequence[int], args: Mapping[Value, Any]) -> None:
     """Run every program instance of ``grid``; ``args`` binds the function's arguments
-    (tensor bindings and 0-d numpy scalars)."""
+    (tensor bindings and 0-d numpy scalars). Each program's state is dropped when it
+    ends, so a long grid runs in constant memory (and stops at Ctrl-C)."""
     g = normalize_grid(grid)
     inputs = [args[a] for a in function.args]
-    for z, y, x in itertools.product(range(g[2]), range(g[1]), range(g[0])):
-        ctx = ExecContext((x, y, z), g)
+    for pid in program_ids(g):
+        ctx = ExecContext(pid, g)
         ctx.run_block(function.entry, inputs)
         if ctx._protocol is not None:
             try:
