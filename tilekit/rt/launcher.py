@@ -9,7 +9,8 @@ The runtime owns the call path. ``tk.kernel`` builds a ``JITKernel`` (the front 
    (``device_arrays.choose_backend``);
 2. computes the ``Specialization`` (constexprs, dtypes, ranks, index widths, 16-byte
    alignment, stride facts) and traces it once (``KernelFunction.specialize``);
-3. interpreter: runs the IR on host copies of the arrays;
+3. interpreter: runs the IR on the host arrays through shadow memory (``shadow``: what the
+   kernel wrote reaches the caller's arrays only when every program ran);
    CUDA: computes which of the traced kernel's size facts hold for the call's shapes
    (``size_candidates``: listed once per specialization), finds the loaded kernel in
    memory (per kernel, specialization, device and size facts: a ``gpu.Variant``), else
@@ -42,6 +43,7 @@ from tilekit.lang.kernel import (
     TensorSpec,
     stride_facts,
 )
+from tilekit.rt.checks import MAX_GRID, check_grid
 
 if TYPE_CHECKING:  # the IR is imported when a kernel is first traced, not before
     from tilekit.codegen.size_facts import SizeFact
@@ -126,6 +128,9 @@ def specialize_arguments(
 
 
 def _resolve_grid(grid: Any, meta: Mapping[str, Any], loc: SourceLoc | None) -> tuple[int, ...]:
+    """The grid as 1 to 3 ints, each within the limits every target device has
+    (``checks.MAX_GRID``), checked before anything runs on either backend. A dimension of
+    0 is allowed: the launch runs no program (``tk.cdiv(0, BLOCK)`` for an empty input)."""
     if callable(grid):
         grid = grid(dict(meta))
     if isinstance(grid, (int, np.integer)):
@@ -138,6 +143,7 @@ def _resolve_grid(grid: Any, meta: Mapping[str, Any], loc: SourceLoc | None) -> 
             raise LaunchError(f"grid sizes must be non-negative ints, got {grid!r}", loc,
                               hints=["use tk.cdiv(n, BLOCK) to count blocks"])
         out.append(int(g))
+    check_grid(out, MAX_GRID, loc)
     return tuple(out)
 
 
@@ -146,6 +152,8 @@ def _written_tensors(fn: Function) -> set[int]:
     for op in fn.walk():
         if op.name in ("store", "tile_store", "atomic"):
             written.add(id(op.operands[0]))
+        elif op.name == "copy_s2g":  # as ir.passes.written_args
+            written.add(id(op.operand("tensor")))
     return written
 
 
@@ -294,26 +302,28 @@ class Launch:
 
 def run_interpreted(module: Module, grid: tuple[int, ...], runtime: Mapping[str, Any],
                     loc: SourceLoc | None) -> None:
+    """Run on the interpreter against shadow copies of the memory the kernel writes
+    (``tilekit.rt.shadow``), published only when every program ran: a failed launch
+    (any error, or Ctrl-C) leaves the caller's arrays untouched."""
     from tilekit.rt import interpreter  # not needed by a GPU launch
     from tilekit.rt.arrays import HostArray
     from tilekit.rt.memory import TensorBinding
+    from tilekit.rt.shadow import Shadows
 
     fn = module.kernel
     written = _written_tensors(fn)
-    args: dict[Value, Any] = {}
-    hosts: list[HostArray] = []
-    for arg in fn.args:
-        value = runtime[arg.name_hint]
-        if isinstance(value, HostArray):
-            if id(arg) in written and not value.array.flags.writeable:
-                raise LaunchError(f"kernel `{fn.name}` writes to `{arg.name_hint}`, but that "
-                                  "array is read-only", loc,
-                                  hints=[f"pass a writable copy: {arg.name_hint}.copy()"])
-            args[arg] = TensorBinding(arg.name_hint or "tensor", value)
-            hosts.append(value)
-        else:
-            args[arg] = value
+    tensors = [a for a in fn.args if isinstance(runtime[a.name_hint], HostArray)]
+    for arg in tensors:
+        if id(arg) in written and not runtime[arg.name_hint].array.flags.writeable:
+            raise LaunchError(f"kernel `{fn.name}` writes to `{arg.name_hint}`, but that "
+                              "array is read-only", loc,
+                              hints=[f"pass a writable copy: {arg.name_hint}.copy()"])
+    shadows = Shadows([runtime[a.name_hint] for a in tensors], [id(a) in written for a in tensors])
+    args: dict[Value, Any] = {a: runtime[a.name_hint] for a in fn.args}
+    for arg, host in zip(tensors, shadows.hosts):
+        args[arg] = TensorBinding(arg.name_hint or "tensor", host)
     interpreter.run(fn, grid, args)
-    for host in hosts:
+    shadows.commit()
+    for host in shadows.hosts:
         if host.writeback is not None:
             host.writeback()
