@@ -11,11 +11,12 @@ The passes that belong to no later stage live here: dead-code elimination.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from tilekit import knobs
-from tilekit.ir.core import Block, Function, Module
+from tilekit.ir.core import Block, BlockArgument, Function, Module, Operation
 from tilekit.ir.printer import print_module
 from tilekit.ir.verifier import verify
 from tilekit.record import Frozen
@@ -88,16 +89,88 @@ def _sweep(block: Block, used: set[int]) -> bool:
     return changed
 
 
+def _carried_args(op: Operation) -> list[BlockArgument] | None:
+    """The block arguments of a loop's carried values (after the induction variable and a
+    pipeline's tiles); ``[]`` for ``when`` (no arguments); None for other ops."""
+    if op.name == "when":
+        return []
+    if op.name in ("for", "pipeline"):
+        lead = 1 + (len(op.variadic("tensors")) if op.name == "pipeline" else 0)
+        return op.regions[0].block.args[lead:]
+    return None
+
+
+def _prune_carried(block: Block, used: Counter[int]) -> bool:
+    """Drop carried values of ``for``/``pipeline``/``when`` ops that nobody reads after the
+    op and that the body reads only to compute their own next value (a name first bound in a
+    loop and read after it is carried; when the read is gone, so is the carried value)."""
+    changed = False
+    for op in block.ops:
+        for region in op.regions:
+            for inner in region.blocks:
+                changed |= _prune_carried(inner, used)
+        args = _carried_args(op)
+        if args is None or not op.results:
+            continue
+        body = op.regions[0].block
+        term = body.terminator
+        assert term is not None
+        dead = [j for j, result in enumerate(op.results)
+                if not used[id(result)] and (not args or not _feeds_more_than(body, j, args[j]))]
+        if not dead:
+            continue
+        changed = True
+        keep = [j for j in range(len(op.results)) if j not in dead]
+        inits = op.variadic("inits")
+        head = [(v, s) for v, s in zip(op.operands, op.slots) if s != "inits"]
+        op.operands = [v for v, _ in head] + [inits[j] for j in keep]
+        op.slots = tuple(s for _, s in head) + ("inits",) * len(keep)
+        op.results = [op.results[j] for j in keep]
+        for i, r in enumerate(op.results):
+            r.index = i
+        term.operands = [term.operands[j] for j in keep]
+        term.slots = tuple(term.slots[j] for j in keep)
+        if args:
+            body.remove_args([args[j] for j in dead])
+    return changed
+
+
+def _feeds_more_than(body: Block, slot: int, arg: BlockArgument) -> bool:
+    """Whether a loop body reads ``arg`` for anything but computing its own next value (the
+    yield at ``slot``): backward liveness over the body with every other yield and every
+    effect or region as a root."""
+    term = body.ops[-1]
+    needed = {id(v) for i, v in enumerate(term.operands) if i != slot}
+    for op in reversed(body.ops[:-1]):
+        root = not op.opdef.is_pure or op.regions
+        if root or any(id(r) in needed for r in op.results):
+            for inner in op.walk():
+                needed.update(id(v) for v in inner.operands)
+    return id(arg) in needed
+
+
+def _use_counts(block: Block, used: Counter[int]) -> None:
+    for op in block.ops:
+        used.update(id(v) for v in op.operands)
+        for region in op.regions:
+            for inner in region.blocks:
+                _use_counts(inner, used)
+
+
 def eliminate_dead_code(module: Module) -> Module:
-    """Drop pure ops whose results nobody reads (repeated until nothing changes).
+    """Drop pure ops whose results nobody reads, and carried values nobody reads
+    (repeated until nothing changes).
 
     Effects (loads included, since they may fault) and control flow are kept.
     """
     for fn in module.functions:
         while True:
+            counts: Counter[int] = Counter()
+            _use_counts(fn.entry, counts)
+            pruned = _prune_carried(fn.entry, counts)
             used: set[int] = set()
             _used_ids(fn.entry, used)
-            if not _sweep(fn.entry, used):
+            if not _sweep(fn.entry, used) and not pruned:
                 break
     return module
 
