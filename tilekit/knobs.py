@@ -87,7 +87,9 @@ DUMP: Knob[frozenset[str]] = Knob(
     "TILEKIT_DUMP",
     _parse_names,
     frozenset(),
-    "Comma-separated stages to print to stderr: `ir` (the traced IR), a pass name "
+    "Comma-separated stages to print to stderr: `source` (the kernel's Python and each "
+    "helper's, as the tracer runs them: `return`/`break`/`continue` in runtime scopes "
+    "made flags and guards, hooks around each loop and `with`), `ir` (the traced IR), a pass name "
     "(the IR after that pass), `all` (after every pass), `layout` (the IR with every "
     "tile's layout and the convert_layout plans, when a kernel is compiled for the GPU), "
     "`sched` (each pipeline's schedule: copy engine per stream with the rules that "

@@ -710,22 +710,23 @@ def test_python_number_carried_names_the_pipeline():
     @tk.kernel
     def k(X, Y):
         total = 0
-        for i, x in tk.pipeline(X.tiles((1, 4), row=0)):  # <-- number
-            total += tk.sum(x)
+        for i, x in tk.pipeline(X.tiles((1, 4), row=0)):
+            total += tk.sum(x)  # <-- number
 
-    with expect("`total` is the Python number 0 when the `tk.pipeline` loop starts",
-                "number", hint="tk.full((), 0, tk.float32)"):
+    with expect("`total` is the Python int 0 before the `tk.pipeline` loop", "number",
+                hint="`total = 0.0`"):
         trace(k)
 
 
 def test_tiles_of_the_body_do_not_escape():
     @tk.kernel
     def k(X, Y):
+        seen = [None]
         for i, x in tk.pipeline(X.tiles((1, 4), row=0)):
-            pass
-        Y.tile((1,), (0,)).store(tk.sum(x, axis=1))  # <-- escape
+            seen[0] = x
+        Y.tile((1,), (0,)).store(tk.sum(seen[0], axis=1))  # <-- escape
 
-    with expect("`x` was computed inside", "escape", hint="assign `x` before the loop"):
+    with expect("`seen[0]` was computed inside", "escape", hint="assign a tile to `seen[0]`"):
         trace(k)
 
 

@@ -216,7 +216,7 @@ class KernelFunction:
         from tilekit.ir.core import Module
         from tilekit.ir.types import TensorType, TileType
         from tilekit.ir.verifier import verify
-        from tilekit.lang import control, tracer
+        from tilekit.lang import control, convert, tracer
         from tilekit.lang.tensor import TensorArg
         from tilekit.lang.tile import Tile
 
@@ -236,7 +236,7 @@ class KernelFunction:
             for name, arg in spec.args:
                 if isinstance(arg, ScalarSpec):
                     call_args[name] = Tile(call_args[name])
-            result = self.fn(**call_args)
+            result = convert.kernel_body(self.fn)(**call_args)
             control.check_closed(state)
         if result is not None:
             raise TraceError(f"kernel `{self.name}` returned a value; kernels write their "

@@ -37,7 +37,7 @@ from tilekit.ir.dtypes import DType, promote
 from tilekit.ir.ops.asynchronous import ENGINES, StreamSpec
 from tilekit.ir.types import TileType
 from tilekit.lang import semantics, tracer
-from tilekit.lang.control import _LoopTrace, user_frame
+from tilekit.lang.control import FlowNames, _LoopTrace, user_frame
 from tilekit.lang.tensor import Coordinate
 from tilekit.lang.tile import Tile
 
@@ -124,6 +124,9 @@ class pipeline:  # noqa: N801  (used like a builtin: `for i, x in tk.pipeline(..
                 hints=["True: producer and consumer warps; False: every warp does both; "
                        "None: the schedule decides"])
         self.roles = ROLES[warp_roles]
+        self.flow: FlowNames | None = None  # set by tilekit.lang.flow.loop_enter
+        self.promoted: dict[str, Any] = {}
+        self.last_trace: _PipelineTrace | None = None
 
     def __iter__(self) -> _PipelineTrace:
         frame = user_frame()
@@ -135,7 +138,11 @@ class pipeline:  # noqa: N801  (used like a builtin: `for i, x in tk.pipeline(..
         index = [c.value for cs in starts for c in cs]
         attrs = {"streams": tuple(s.spec for s in self.streams), "stages": self.stages,
                  "engine": self.engine, "roles": self.roles}
-        return _PipelineTrace(frame, self.loc, count.value, self.streams, index, attrs)
+        trace = _PipelineTrace(frame, self.loc, count.value, self.streams, index, attrs,
+                               self.flow)
+        trace.promoted = self.promoted
+        self.last_trace = trace
+        return trace
 
 
 class _PipelineTrace(_LoopTrace):
@@ -146,8 +153,8 @@ class _PipelineTrace(_LoopTrace):
 
     def __init__(self, frame: FrameType, loc: SourceLoc | None, count: Value,
                  streams: Sequence[TileStream], index: list[Value],
-                 attrs: dict[str, Any]) -> None:
-        super().__init__(frame, loc)
+                 attrs: dict[str, Any], flow: FlowNames | None = None) -> None:
+        super().__init__(frame, loc, flow)
         self.count = count
         self.streams = tuple(streams)
         self.index = index

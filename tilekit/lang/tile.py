@@ -35,7 +35,11 @@ class Escaped:
         loop = self.scope_kind in (tracer.ScopeKind.LOOP, tracer.ScopeKind.PIPELINE)
         construct = "a " + self.scope_kind.value
         line = f" (line {self.scope_loc.line})" if self.scope_loc else ""
-        fix = (f"assign `{self.name}` before the loop so that it becomes loop-carried"
+        fix = (f"a tile kept in a list, tuple or dict is carried only if one is there "
+               f"before the {'loop' if loop else 'block'}: assign a tile to `{self.name}` "
+               "first (e.g. tk.zeros(...)), or use a plain name"
+               if self.name and "[" in self.name else
+               f"assign `{self.name}` before the loop so that it becomes loop-carried"
                if loop and self.name else
                f"assign `{self.name}` before the block so that it has a value when the "
                "condition is false" if self.name else

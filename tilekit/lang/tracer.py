@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,9 @@ class TraceState:
         self.scopes: list[Scope] = []
         self._tensor_scalars: dict[tuple[int, str, int], Value] = {}
         self._hoisted = 0
+        #: Python loops unrolled while a ``break`` or ``return`` in them depends on a runtime
+        #: value, by source line (``tilekit.lang.flow.static_stop`` caps them).
+        self.guarded_unrolls: Counter[tuple[str, int]] = Counter()
 
     def emit(
         self,
