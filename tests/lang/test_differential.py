@@ -372,7 +372,7 @@ LITERALS = [
     (f16, "mul", 3.3, False, f16),
     (bf16, "add", 1.1, False, bf16),
     (bf16, "sub", 2.5, True, bf16),
-    (f16, "add", 70000, False, f16),  # does not fit: rounds to inf (floats may round)
+    (f16, "add", 65519, False, f16),  # rounds to 65504, the largest float16 (70000: an error)
     (f16, "div", 3, True, f16),
     (f32, "mul", 1e-3, False, f32),
     (i8, "add", 100, False, i8),  # wraps in int8
@@ -387,6 +387,7 @@ LITERALS = [
     (i16, "shl", 3, False, i16),
     (f16, "lt", 0.1, False, None),  # the literal rounds to float16 first
     (bf16, "ge", 1.01, True, None),
+    (f16, "lt", 1e6, False, None),  # beyond float16: compared in float32, true where finite
 ]
 
 

@@ -66,6 +66,14 @@ class DType(enum.Enum):
     def is_unsigned(self) -> bool:
         return self in _UNSIGNED
 
+    @property
+    def max_finite(self) -> float:
+        """The largest finite value of a float type (bfloat16: float32's exponent, 8 bits
+        of precision)."""
+        if not self.is_float:
+            raise TypeError(f"{self} is not a float type")
+        return _MAX_FINITE[self]
+
     @cached_property
     def np(self) -> np.dtype:
         """The numpy dtype that holds this type's values."""
@@ -105,6 +113,8 @@ class DType(enum.Enum):
 _FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64})
 _SIGNED = frozenset({DType.INT8, DType.INT16, DType.INT32, DType.INT64})
 _UNSIGNED = frozenset({DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64})
+_MAX_FINITE = {DType.FLOAT16: 65504.0, DType.BFLOAT16: (2 - 2**-7) * 2.0**127,
+               DType.FLOAT32: (2 - 2**-23) * 2.0**127, DType.FLOAT64: (2 - 2**-52) * 2.0**1023}
 _FROM_NUMPY = {d.np: d for d in DType if d is not DType.BFLOAT16}  # no ml_dtypes import
 
 bool_ = DType.BOOL

@@ -258,7 +258,9 @@ def load(x: Any, offsets: Any, mask: Any = None, other: Any = None) -> Tile:
         if m is None:
             raise TraceError("tk.load got `other` without a `mask`", user_loc(),
                              hints=["`other` is what masked-off elements read; add mask=..."])
-        other_v = semantics.broadcast_to(semantics.cast(other, t.dtype), offs.shape).value
+        other_v = semantics.broadcast_to(
+            semantics.cast(other, t.dtype, f"`other` takes the type of `{t.name}`"),
+            offs.shape).value
     op = tracer.current().emit("load", {"tensor": t.value, "offsets": offs.value,
                                         "mask": m.value if m is not None else None,
                                         "other": other_v})
@@ -266,7 +268,7 @@ def load(x: Any, offsets: Any, mask: Any = None, other: Any = None) -> Tile:
 
 
 def _value_for(t: TensorArg, value: Any, shape: tuple[int, ...], fn: str) -> Tile:
-    v = semantics.cast(value, t.dtype)
+    v = semantics.cast(value, t.dtype, f"{fn} writes it to `{t.name}`, of that type")
     full_shape = semantics.broadcast_shapes(shape, v.shape, f" in {fn} (offsets vs value)")
     if full_shape != shape:
         raise TraceError(f"{fn} value of shape {v.shape} does not fit offsets of shape {shape}",
@@ -278,7 +280,7 @@ def store(x: Any, offsets: Any, value: Any, mask: Any = None) -> None:
     """Scatter ``value`` (cast to ``x``'s type) to element ``offsets`` where ``mask``."""
     t = _tensor(x, "tk.store")
     offs, m = _access(t, offsets, mask, "tk.store")
-    v = semantics.to_tile(value, t.dtype)
+    v = semantics.cast(value, t.dtype, f"tk.store writes it to `{t.name}`, of that type")
     shape = semantics.broadcast_shapes(offs.shape, v.shape, " in tk.store (offsets vs value)")
     offs = semantics.broadcast_to(offs, shape)
     if m is not None:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tilekit.errors import TraceError, user_loc
+from tilekit.ir import numerics
 from tilekit.ir.dtypes import DType, promote, python_scalar_dtype, weak_promote
 from tilekit.ir.ops.structure import ArgKind, ReduceKind
 from tilekit.ir.types import TileType
@@ -50,29 +51,64 @@ def is_scalar_literal(x: Any) -> bool:
     return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating))
 
 
-def _check_fits(value: Scalar, dtype: DType) -> None:
-    """A literal must be exactly representable in an integer type (floats may round)."""
-    if dtype.is_float or isinstance(value, (bool, np.bool_)):
-        return
+def literal_fits(value: Scalar, dtype: DType) -> bool:
+    """Whether a Python number keeps its meaning as a constant of ``dtype``: integers and
+    bools must be exact; floats may round, but a finite number must stay finite (1e6 is
+    inf in float16). inf and nan fit every float type."""
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, bool):
+        return True
     if dtype.is_bool:
-        if value not in (0, 1):
-            raise TraceError(f"the constant {value} is not a bool", user_loc(),
-                             hints=["use True/False, or compare explicitly (x != 0)"])
+        return value in (0, 1)
+    if dtype.is_float:
+        try:
+            as_float = float(value)
+        except OverflowError:  # an int past float64's range
+            return False
+        if not math.isfinite(as_float):
+            return isinstance(value, float)
+        return bool(np.isfinite(numerics.cast(np.asarray(as_float), dtype)))
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return False
+    info = np.iinfo(dtype.np)
+    return info.min <= value <= info.max
+
+
+def _check_fits(value: Scalar, dtype: DType, used_as: str | None = None) -> None:
+    """A literal must keep its meaning in its type (``literal_fits``), else a TraceError
+    at the user's line that says what to write. ``used_as`` says where the type comes
+    from when it is not a tile operand's ("`other` takes the type of `X`")."""
+    if literal_fits(value, dtype):
         return
     value = value.item() if isinstance(value, np.generic) else value
+    why = f" ({used_as})" if used_as else ""
+    if dtype.is_bool:
+        raise TraceError(f"the constant {value} is not a bool{why}", user_loc(),
+                         hints=["use True/False, or compare explicitly (x != 0)"])
+    if dtype.is_float:
+        wider = "tk.float32" if dtype.bits < 32 else "tk.float64"
+        fix = (f"use a value in [-{dtype.max_finite:g}, {dtype.max_finite:g}]" if used_as else
+               f"convert the tile to a wider type first, e.g. x.to({wider})")
+        raise TraceError(f"the constant {value} does not fit in {dtype}: it would be inf "
+                         f"(the largest finite {dtype} is {dtype.max_finite:g}){why}",
+                         user_loc(), hints=[fix, "write float('inf') if infinity is meant"])
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise TraceError(f"the constant {value} is not an integer, so it cannot be a {dtype}",
-                         user_loc(), hints=["cast the tile to a float type first, or write an "
-                                            "integer constant"])
+        raise TraceError(f"the constant {value} is not an integer, so it cannot be a "
+                         f"{dtype}{why}", user_loc(),
+                         hints=["write the integer you mean" if used_as else
+                                "cast the tile to a float type first, or write an integer "
+                                "constant"])
     info = np.iinfo(dtype.np)
-    if not info.min <= value <= info.max:
-        raise TraceError(f"the constant {value} does not fit in {dtype}", user_loc(),
-                         hints=[f"cast the tile first, e.g. x.to(tk.int64), or use a constant "
-                                f"in [{info.min}, {info.max}]"])
+    span = f"[{info.min}, {info.max}]"
+    raise TraceError(f"the constant {value} does not fit in {dtype}{why}", user_loc(),
+                     hints=[f"use a constant in {span}" if used_as else
+                            f"cast the tile first, e.g. x.to(tk.int64), or use a constant "
+                            f"in {span}"])
 
 
-def constant(value: Scalar, shape: tuple[int, ...], dtype: DType) -> Tile:
-    _check_fits(value, dtype)
+def constant(value: Scalar, shape: tuple[int, ...], dtype: DType,
+             used_as: str | None = None) -> Tile:
+    _check_fits(value, dtype, used_as)
     if isinstance(value, (np.generic,)):
         value = value.item()
     return _emit1("constant", {}, {"value": value, "shape": tuple(shape), "dtype": dtype})
@@ -120,9 +156,13 @@ def broadcast_to(x: Tile, shape: Sequence[int]) -> Tile:
     return _emit1("broadcast", {"x": x.value}, {"shape": shape})
 
 
-def cast(x: Any, dtype: DType) -> Tile:
+def cast(x: Any, dtype: DType, used_as: str | None = None) -> Tile:
+    """``x`` converted to ``dtype``; a Python number becomes a constant of ``dtype``, so it
+    must fit it (``used_as``: where that type comes from, for the error)."""
     if not isinstance(dtype, DType):
         raise TraceError(f"expected a tilekit dtype such as tk.float32, got {dtype!r}", user_loc())
+    if is_scalar_literal(x):
+        return constant(x, (), dtype, used_as)
     t = to_tile(x, dtype)
     if t.dtype is dtype:
         return t
@@ -157,7 +197,32 @@ def _result_dtype(op: str, a: DType, b: DType) -> DType:
     return dtype
 
 
+def _exact_comparison(a: Any, b: Any) -> tuple[Any, Any]:
+    """A tile compared with a number its type cannot hold is widened to a type that holds
+    both, so that the comparison stays exact: ``x_f16 < 1e6`` compares in float32 (true
+    for every finite x), ``x_u8 < 256`` in int16. Other operands pass unchanged."""
+    if isinstance(a, Tile) and is_scalar_literal(b):
+        tile, number = a, b
+    elif isinstance(b, Tile) and is_scalar_literal(a):
+        tile, number = b, a
+    else:
+        return a, b
+    value = number.item() if isinstance(number, np.generic) else number
+    weak = weak_promote(tile.dtype, value)
+    if literal_fits(value, weak):
+        return a, b
+    kind = (DType.FLOAT32, DType.FLOAT64) if weak.is_float else \
+        (DType.INT16, DType.INT32, DType.INT64)
+    wider = next((d for d in kind if d.bits > weak.bits and literal_fits(value, d)), None)
+    if wider is None:
+        return a, b  # no type holds both: the constant's own error follows
+    widened = cast(tile, wider)
+    return (widened, b) if tile is a else (a, widened)
+
+
 def binary(op: str, a: Any, b: Any) -> Tile:
+    if op in _COMPARE:
+        a, b = _exact_comparison(a, b)
     x, y = _operands(a, b)
     dtype = _result_dtype(op, x.dtype, y.dtype)
     sym = _SYMBOL.get(op, op)
