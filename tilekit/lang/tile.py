@@ -160,6 +160,34 @@ class Tile:
         raise TraceError("tiles are values and cannot be assigned into", user_loc(),
                          hints=["build a new tile with tk.where(mask, new, old)"])
 
+    # --- numpy: its functions cannot compute on tiles; each names tilekit's -----------------
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        # A numpy scalar on the left of an operator (`np.float32(2) * x`) reaches the tile
+        # here, as np.multiply: it means what `2 * x` means.
+        operator = _UFUNC_OPERATORS.get(ufunc.__name__)
+        if operator is not None and method == "__call__" and len(inputs) == 2 and not kwargs:
+            return semantics.binary(operator[0], *inputs)
+        key = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+        raise _numpy_error(f"np.{key}", _NUMPY_EQUIVALENTS.get(key))
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        raise _numpy_error(f"np.{func.__name__}", _NUMPY_EQUIVALENTS.get(func.__name__))
+
+    def __matmul__(self, o: Any) -> Tile:
+        raise TraceError("`@` on tiles: tilekit's matrix product is tk.dot", user_loc(),
+                         hints=["use tk.dot(a, b) (16-bit floats accumulate in float32), or "
+                                "tk.dot(a, b, acc) to add to an accumulator"])
+
+    __rmatmul__ = __matmul__
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise TraceError(
+            "a tile was turned into a numpy array (np.asarray, np.array, or a numpy function "
+            "given a tile), but its values exist only when the kernel runs", user_loc(),
+            hints=["compute with tilekit's functions (tk.exp, tk.where, tk.sum, ...)",
+                   "to see values while the kernel runs: tk.device_print('x', x)"])
+
     # --- operators -----------------------------------------------------------------------------
 
     def __add__(self, o: Any) -> Tile: return semantics.binary("add", self, o)
@@ -261,6 +289,56 @@ class Tile:
 
     def cumsum(self, axis: int = 0) -> Tile:
         return semantics.scan(self, "sum", axis)
+
+
+def _numpy_error(what: str, equivalent: str | None) -> TraceError:
+    hint = (f"use {equivalent}" if equivalent else
+            "use tilekit's functions (the README's language table lists them: tk.exp, "
+            "tk.where, tk.sum, ...)")
+    return TraceError(f"`{what}` was given a tile, but numpy cannot compute on tiles: a "
+                      "tile's values exist only when the kernel runs", user_loc(), hints=[hint])
+
+
+# numpy ufuncs that Python operators between a numpy scalar and a tile call: the op, its symbol.
+_UFUNC_OPERATORS = {
+    "add": ("add", "+"), "subtract": ("sub", "-"), "multiply": ("mul", "*"),
+    "true_divide": ("div", "/"), "divide": ("div", "/"), "floor_divide": ("floordiv", "//"),
+    "remainder": ("mod", "%"), "power": ("pow", "**"), "bitwise_and": ("and", "&"),
+    "bitwise_or": ("or", "|"), "bitwise_xor": ("xor", "^"), "left_shift": ("shl", "<<"),
+    "right_shift": ("shr", ">>"), "equal": ("eq", "=="), "not_equal": ("ne", "!="),
+    "less": ("lt", "<"), "less_equal": ("le", "<="), "greater": ("gt", ">"),
+    "greater_equal": ("ge", ">="),
+}
+
+# What to write instead of a numpy function (ufuncs by name, `name.reduce` for their methods).
+_NUMPY_EQUIVALENTS = {
+    **{f: f"tk.{f}(x)" for f in ("exp", "exp2", "log", "log2", "sqrt", "tanh", "sin", "cos",
+                                  "floor", "ceil", "isnan")},
+    "absolute": "tk.abs(x) or abs(x)", "abs": "tk.abs(x) or abs(x)",
+    "fabs": "tk.abs(x) or abs(x)", "negative": "-x", "positive": "x",
+    "invert": "~x", "logical_not": "~x (on a bool tile)", "logical_and": "a & b (bool tiles)",
+    "logical_or": "a | b (bool tiles)", "logical_xor": "a ^ b (bool tiles)",
+    "maximum": "tk.maximum(a, b)", "fmax": "tk.maximum(a, b) (it propagates NaN)",
+    "minimum": "tk.minimum(a, b)", "fmin": "tk.minimum(a, b) (it propagates NaN)",
+    "reciprocal": "1 / x", "square": "x * x", "expm1": "tk.exp(x) - 1",
+    "log1p": "tk.log(1 + x)", "log10": "tk.log2(x) * 0.30102999566398120",
+    "clip": "tk.minimum(tk.maximum(x, lo), hi)", "where": "tk.where(cond, a, b)",
+    "sum": "tk.sum(x, axis) or x.sum(axis)", "add.reduce": "tk.sum(x, axis)",
+    "prod": "tk.prod(x, axis)", "multiply.reduce": "tk.prod(x, axis)",
+    "max": "tk.max(x, axis) or x.max(axis)", "amax": "tk.max(x, axis) or x.max(axis)",
+    "maximum.reduce": "tk.max(x, axis)", "min": "tk.min(x, axis) or x.min(axis)",
+    "amin": "tk.min(x, axis) or x.min(axis)", "minimum.reduce": "tk.min(x, axis)",
+    "argmax": "tk.argmax(x, axis)", "argmin": "tk.argmin(x, axis)",
+    "cumsum": "tk.cumsum(x, axis)", "add.accumulate": "tk.cumsum(x, axis)",
+    "mean": "tk.sum(x, axis) / n", "any": "tk.max(mask.to(tk.int32)) > 0",
+    "all": "tk.min(mask.to(tk.int32)) > 0", "dot": "tk.dot(a, b)", "matmul": "tk.dot(a, b)",
+    "reshape": "x.reshape(shape)", "squeeze": "x.reshape(shape)",
+    "transpose": "x.T or x.permute(order)", "expand_dims": "tk.expand_dims(x, axis)",
+    "broadcast_to": "tk.broadcast_to(x, shape)", "zeros_like": "tk.zeros_like(x)",
+    "ones_like": "tk.full_like(x, 1)", "full_like": "tk.full_like(x, value)",
+    "astype": "x.to(tk.float32) (tilekit dtypes)",
+    **{u: f"the operator `a {sym} b`" for u, (_, sym) in _UFUNC_OPERATORS.items()},
+}
 
 
 from tilekit.lang import semantics  # noqa: E402  (semantics builds Tiles)
