@@ -20,7 +20,7 @@ import linecache
 import os
 import sys
 from collections.abc import Sequence
-from types import CodeType, FrameType
+from types import CodeType, FrameType, TracebackType
 from typing import TYPE_CHECKING
 
 from tilekit.record import Record
@@ -84,6 +84,16 @@ def frame_loc(frame: FrameType) -> SourceLoc:
         if line is not None:
             return SourceLoc(code.co_filename, line, col, end_col, end_line)
     return SourceLoc(code.co_filename, frame.f_lineno)
+
+
+def user_frames(tb: TracebackType | None) -> list[FrameType]:
+    """The frames of a traceback outside tilekit's own package, outermost first."""
+    frames = []
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
 
 
 def user_loc(skip: int = 1) -> SourceLoc | None:

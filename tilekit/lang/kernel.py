@@ -21,11 +21,12 @@ from __future__ import annotations
 import ast
 import enum
 import inspect
+import sys
 import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tilekit.errors import LaunchError, SourceLoc, TraceError, user_loc
+from tilekit.errors import LaunchError, SourceLoc, TraceError, frame_loc, user_frames, user_loc
 from tilekit.ir.dtypes import DType
 from tilekit.record import Record
 
@@ -136,6 +137,27 @@ def _param_kind(annotation: Any) -> tuple[ParamKind, DType | None]:
     return ParamKind.ANY, None
 
 
+def _recursion_error(kernel: str, exc: RecursionError) -> TraceError:
+    """Python's recursion limit, hit while tracing: the user's function that recursed (the
+    one with the most frames), at the innermost call it made to itself, instead of a
+    traceback through tilekit's internals."""
+    from collections import Counter
+
+    frames = user_frames(exc.__traceback__)
+    if not frames:
+        return TraceError(f"Python's recursion limit was hit while kernel `{kernel}` was "
+                          "traced", None)
+    code, depth = Counter(f.f_code for f in frames).most_common(1)[0]
+    calls = [f for f in frames if f.f_code is code]
+    innermost = calls[-2] if len(calls) > 1 else calls[-1]  # the last one was elsewhere
+    return TraceError(
+        f"`{code.co_name}` recursed {depth} levels deep while kernel `{kernel}` was traced, "
+        "past Python's recursion limit", frame_loc(innermost),
+        hints=["a helper runs while the kernel is traced, so its recursion must stop on a "
+               "compile-time value (a Python int, a tk.constexpr), never on a tile",
+               "for a loop at run time, use `for i in tk.range(...)`"])
+
+
 class KernelFunction:
     """A ``@tilekit.kernel`` function."""
 
@@ -170,6 +192,7 @@ class KernelFunction:
     # --- launching (the runtime's subclass adds kern[grid] and trace) ----------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self._not_while_tracing(user_loc())
         raise LaunchError(f"kernel `{self.name}` was called without a grid", user_loc(),
                           hints=[f"launch it as {self.name}[grid](...), e.g. "
                                  f"{self.name}[(n_blocks,)](...)"])
@@ -177,6 +200,7 @@ class KernelFunction:
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any],
              loc: SourceLoc | None) -> dict[str, Any]:
         """Match call arguments to parameters (defaults applied), or a clear LaunchError."""
+        self._not_while_tracing(loc)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -187,6 +211,20 @@ class KernelFunction:
                               hints=[f"its parameters are ({expected})"]) from None
         bound.apply_defaults()
         return dict(bound.arguments)
+
+    def _not_while_tracing(self, loc: SourceLoc | None) -> None:
+        """A kernel launched (or called) from the body of a kernel being traced: a
+        TraceError, not a launch of the caller's proxy objects."""
+        tracer = sys.modules.get("tilekit.lang.tracer")  # imported by the first trace
+        state = tracer.active() if tracer is not None else None
+        if state is None:
+            return
+        raise TraceError(
+            f"kernel `{state.function.name}` calls kernel `{self.name}`, but a kernel cannot "
+            "launch kernels", loc,
+            hints=[f"move the body of `{self.name}` into a plain Python function (no "
+                   "@tk.kernel) and call it from both kernels: a plain function is traced "
+                   "inline, with the caller's tiles and tensors"])
 
     # --- specialization --------------------------------------------------------------------
 
@@ -236,7 +274,10 @@ class KernelFunction:
             for name, arg in spec.args:
                 if isinstance(arg, ScalarSpec):
                     call_args[name] = Tile(call_args[name])
-            result = convert.kernel_body(self.fn)(**call_args)
+            try:
+                result = convert.kernel_body(self.fn)(**call_args)
+            except RecursionError as exc:
+                raise _recursion_error(self.name, exc) from None
             control.check_closed(state)
         if result is not None:
             raise TraceError(f"kernel `{self.name}` returned a value; kernels write their "

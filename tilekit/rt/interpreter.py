@@ -23,13 +23,6 @@ from tilekit.ir.ops.memory import DeviceAssertionError
 from tilekit.ir.roles import RoleDeadlock, RoleScheduler
 from tilekit.rt.memory import OutOfBounds
 
-_HINTS_OOB = [
-    "mask the access, e.g. tk.load(X, offs, mask=offs < n) — or use X.tile(shape, index), "
-    "which guards edge tiles itself",
-    "run with a smaller grid or print offsets with tk.device_print to see where it starts",
-]
-
-
 class ExecContext:
     """The state of one program instance: its id, the values computed so far, and its
     pipelines' shared memory and barriers (``protocol``). ``role`` names the warp role
@@ -79,7 +72,7 @@ class ExecContext:
             except OutOfBounds as exc:
                 raise MemoryAccessError(
                     f"`{op.name}` out of bounds in program {self.program_id}: {exc} "
-                    f"(at position {exc.position} of the tile)", op.loc, _HINTS_OOB) from None
+                    f"(at position {exc.position} of the tile)", op.loc, exc.hints) from None
             except IntegerDivisionByZero as exc:
                 raise ExecutionError(f"{exc} in program {self.program_id}", op.loc,
                                      ["guard the divisor with tk.where(d != 0, d, 1)"]) from None

@@ -20,8 +20,15 @@ from tilekit.ir.numerics import cast
 from tilekit.rt.arrays import HostArray
 
 
+_HINT_MASK = ("mask the access, e.g. tk.load(X, offs, mask=offs < n) — or use X.tile(shape, "
+              "index), which guards edge tiles itself")
+_HINT_SMALLER = ("run with a smaller grid or print offsets with tk.device_print to see where "
+                 "it starts")
+
+
 class OutOfBounds(IndexError):
-    """An access outside a tensor; the interpreter adds the op, line and program id."""
+    """An access outside a tensor; the interpreter adds the op, line and program id.
+    ``hints`` say what to do, after the likely cause."""
 
     def __init__(self, tensor: str, offset: int, shape: tuple[int, ...],
                  index: tuple[int, ...] | None, position: tuple[int, ...],
@@ -34,10 +41,32 @@ class OutOfBounds(IndexError):
         where = f" (index {index})" if index is not None else ""
         # Strides explain why an offset below the element count can still be outside
         # (a column slice); shown only when they are not the row-major ones.
-        strided = f" and strides {strides}" if strides is not None and \
-            strides != _row_major(shape) else ""
+        strided = strides is not None and strides != _row_major(shape)
         super().__init__(f"element offset {offset}{where} is outside `{tensor}` of shape "
-                         f"{shape}{strided}")
+                         f"{shape}{f' and strides {strides}' if strided else ''}")
+        self.hints = [_HINT_MASK, _HINT_SMALLER]
+        if strided and strides is not None:
+            if index is None:  # between two elements: offsets that ignore the strides
+                self.hints = [_strides_hint(tensor, strides, offset), _HINT_SMALLER]
+            elif 0 <= offset < int(np.prod(shape, dtype=np.int64)):
+                self.hints.insert(1, "if the offsets count elements as if `" + tensor +
+                                  "` were contiguous: " + _strides_hint(tensor, strides, offset))
+
+
+def _strides_hint(tensor: str, strides: tuple[int, ...], offset: int) -> str:
+    """What to write when element offsets ignore a strided view's strides."""
+    if len(strides) == 1:
+        return (f"`{tensor}` is a strided view (stride {strides[0]}): its element i is at "
+                f"offset i * {tensor}.stride(0), so offset {offset} lands between elements; "
+                f"write `i * {tensor}.stride(0)`, or use a tile view {tensor}.tile(shape, "
+                "index), which follows the strides")
+    names = list("ijkl"[:len(strides)]) if len(strides) <= 4 else \
+        [f"i{d}" for d in range(len(strides))]
+    terms = " + ".join(f"{n} * {tensor}.stride({d})" for d, n in enumerate(names))
+    return (f"`{tensor}` is a strided view (strides {strides}): its element "
+            f"({', '.join(names)}) is at offset {terms}; build offsets from "
+            f"{tensor}.stride(d), or use a tile view {tensor}.tile(shape, index), which follows "
+            "the strides")
 
 
 def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
