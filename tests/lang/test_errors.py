@@ -668,6 +668,342 @@ def test_kernel_returning_a_value() -> None:
         k[1](_vec())
 
 
+# --- misuse: numbers that do not fit, numpy on tiles, tiles too large (issue 27) --------------
+
+
+def _halves(n: int = 4) -> np.ndarray:
+    return np.ones(n, np.float16)
+
+
+def test_float16_times_a_literal_that_would_be_inf() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, Y: tk.Tensor):
+        x = tk.load(X, tk.arange(4))
+        tk.store(Y, tk.arange(4), x * 1e6)  # <-- f16-1e6
+
+    y = np.zeros(4, np.float16)
+    with expect(TraceError, "the constant 1000000.0 does not fit in tk.float16: it would be inf "
+                "(the largest finite tk.float16 is 65504)", "f16-1e6", hint="x.to(tk.float32)"):
+        k[1](_halves(), y)
+    assert not y.any()
+
+
+# Every place a Python number meets a tile or takes a tensor's type checks that it fits; each
+# lambda's line is where the error must point.
+_OVERFLOWING = {
+    "left": lambda X, x: 1e6 * x,  # <-- lit-left
+    "int literal": lambda X, x: x + 70000,  # <-- lit-int
+    "where": lambda X, x: tk.where(x > 0, x, -1e6),  # <-- lit-where
+    "full": lambda X, x: tk.full((4,), 1e5, tk.float16),  # <-- lit-full
+    "full_like": lambda X, x: tk.full_like(x, 1e5),  # <-- lit-full-like
+    "maximum": lambda X, x: tk.maximum(x, 1e6),  # <-- lit-maximum
+    "fma": lambda X, x: tk.fma(x, 2, 1e6),  # <-- lit-fma
+    "store": lambda X, x: tk.store(X, tk.arange(4), 1e6),  # <-- lit-store
+    "tile store": lambda X, x: X.tile((4,), (0,)).store(1e6),  # <-- lit-tile-store
+    "tile other": lambda X, x: X.tile((4,), (0,)).load(other=-1e6),  # <-- lit-tile-other
+    "atomic": lambda X, x: tk.atomic_add(X, tk.arange(4), 1e6),  # <-- lit-atomic
+    "other": lambda X, x: tk.load(X, tk.arange(4), mask=x > 0, other=1e6),  # <-- lit-other
+}
+
+
+@pytest.mark.parametrize("where", list(_OVERFLOWING))
+def test_overflowing_float_literal_everywhere(where: str) -> None:
+    use = _OVERFLOWING[where]
+
+    @tk.kernel
+    def k(X: tk.Tensor):
+        use(X, tk.load(X, tk.arange(4)))
+
+    tag = {"left": "lit-left", "int literal": "lit-int", "where": "lit-where", "full": "lit-full",
+           "full_like": "lit-full-like", "maximum": "lit-maximum", "fma": "lit-fma",
+           "store": "lit-store", "tile store": "lit-tile-store", "tile other": "lit-tile-other",
+           "atomic": "lit-atomic", "other": "lit-other"}[where]
+    with expect(TraceError, "does not fit in tk.float16: it would be inf", tag):
+        k[1](_halves())
+
+
+def test_in_place_update_with_an_overflowing_literal() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        acc = tk.load(X, tk.arange(4))
+        acc += 1e6  # <-- lit-iadd
+
+    with expect(TraceError, "the constant 1000000.0 does not fit in tk.float16", "lit-iadd"):
+        k[1](_halves())
+
+
+def test_float32_and_bfloat16_literals_past_their_range() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, D: tk.constexpr):
+        x = tk.load(X, tk.arange(4)).to(D)
+        y = x * 1e39  # <-- lit-1e39
+
+    with expect(TraceError, "the constant 1e+39 does not fit in tk.float32: it would be inf",
+                "lit-1e39", hint="x.to(tk.float64)"):
+        k[1](_halves(), D=tk.float32)
+    with expect(TraceError, "does not fit in tk.bfloat16", "lit-1e39", hint="x.to(tk.float32)"):
+        k[1](_halves(), D=tk.bfloat16)
+
+
+def test_inf_nan_and_rounding_literals_are_allowed() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, Y: tk.Tensor):
+        x = tk.load(X, tk.arange(4))
+        big = tk.where(x > 1, float("inf"), x * 0 + 65519.0)  # 65504, the largest float16
+        tiny = tk.full((4,), 1e-9, tk.float16)  # rounds to 0
+        tk.static_assert(big.dtype is tk.float16)
+        tk.store(Y, tk.arange(4), tk.where(x < 0, float("nan"), big + tiny))
+
+    y = np.zeros(4, np.float16)
+    k[1](np.array([0, 2, -1, 1], np.float16), y)
+    np.testing.assert_array_equal(y, np.array([65504, np.inf, np.nan, 65504], np.float16))
+
+
+def test_other_too_large_for_an_int16_tensor() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, Y: tk.Tensor):
+        offs = tk.arange(4)
+        v = tk.load(X, offs, mask=offs < 2, other=1e10)  # <-- other-int16
+        tk.store(Y, offs, v)
+
+    y = np.zeros(4, np.int16)
+    with expect(TraceError, "the constant 10000000000.0 does not fit in tk.int16 (`other` takes "
+                "the type of `X`)", "other-int16", hint="[-32768, 32767]"):
+        k[1](np.ones(4, np.int16), y)
+    assert not y.any()
+
+
+def test_fractional_number_stored_to_an_int_tensor() -> None:
+    @tk.kernel
+    def k(Y: tk.Tensor):
+        tk.store(Y, tk.arange(4), 2.5)  # <-- store-frac
+
+    with expect(TraceError, "the constant 2.5 is not an integer, so it cannot be a tk.int32 "
+                "(tk.store writes it to `Y`, of that type)", "store-frac"):
+        k[1](np.zeros(4, np.int32))
+
+
+def test_comparisons_with_numbers_outside_the_type_are_exact() -> None:
+    @tk.kernel
+    def k(H: tk.Tensor, U: tk.Tensor, Out: tk.Tensor):
+        h = tk.load(H, tk.arange(8))
+        u = tk.load(U, tk.arange(8))
+        rows = [h < 1e6, h >= 70000, h == 1e6, h != 1e6, -1e6 < h, u < 256, u > -1, 300 > u]
+        for i in tk.static_range(len(rows)):
+            tk.store(Out, i * 8 + tk.arange(8), rows[i])
+
+    h = np.array([0, 65504, np.inf, -np.inf, np.nan, -65504, 1, 0.1], np.float16)
+    u = np.array([0, 255, 1, 2, 3, 128, 254, 7], np.uint8)
+    out = np.zeros((8, 8), np.bool_)
+    k[1](h, u, out)
+    wide, uw = h.astype(np.float64), u.astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        want = [wide < 1e6, wide >= 70000, wide == 1e6, wide != 1e6, -1e6 < wide, uw < 256,
+                uw > -1, 300 > uw]
+    np.testing.assert_array_equal(out, np.array(want))
+
+
+def test_comparison_with_a_number_no_type_holds() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        m = tk.load(X, tk.arange(4)) > -1  # <-- cmp-u64
+
+    with expect(TraceError, "the constant -1 does not fit in tk.uint64", "cmp-u64"):
+        k[1](np.zeros(4, np.uint64))
+
+
+def test_int32_times_float16_is_float16() -> None:
+    # The README's rule (as PyTorch, JAX and Triton): an integer with a float gives the float.
+    @tk.kernel
+    def k(I: tk.Tensor, H: tk.Tensor, Y: tk.Tensor, WIDE: tk.constexpr):
+        i = tk.load(I, tk.arange(4))
+        h = tk.load(H, tk.arange(4))
+        r = i.to(tk.float32) * h if WIDE else i * h
+        tk.static_assert(r.dtype is (tk.float32 if WIDE else tk.float16))
+        tk.store(Y, tk.arange(4), r)
+
+    i = np.array([1, 100, 65504, 100000], np.int32)
+    y = np.zeros(4, np.float32)
+    k[1](i, _halves(), y, WIDE=False)
+    np.testing.assert_array_equal(y, [1, 100, 65504, np.inf])
+    k[1](i, _halves(), y, WIDE=True)
+    np.testing.assert_array_equal(y, [1, 100, 65504, 100000])
+
+
+_NUMPY_ON_TILES = {
+    "np.exp": (lambda x: np.exp(x), "tk.exp(x)"),  # <-- np-exp
+    "np.maximum": (lambda x: np.maximum(x, 0), "tk.maximum(a, b)"),  # <-- np-maximum
+    "np.where": (lambda x: np.where(x > 0, x, 0), "tk.where(cond, a, b)"),  # <-- np-where
+    "np.sum": (lambda x: np.sum(x, axis=0), "tk.sum(x, axis)"),  # <-- np-sum
+    "np.add.reduce": (lambda x: np.add.reduce(x), "tk.sum(x, axis)"),  # <-- np-add-reduce
+    "np.concatenate": (lambda x: np.concatenate([x, x]), "tilekit's functions"),  # <-- np-concat
+}
+
+
+@pytest.mark.parametrize("fn", list(_NUMPY_ON_TILES))
+def test_numpy_function_on_a_tile_names_the_tk_function(fn: str) -> None:
+    use, hint = _NUMPY_ON_TILES[fn]
+
+    @tk.kernel
+    def k(X: tk.Tensor):
+        use(tk.load(X, tk.arange(4)))
+
+    tag = {"np.exp": "np-exp", "np.maximum": "np-maximum", "np.where": "np-where",
+           "np.sum": "np-sum", "np.add.reduce": "np-add-reduce",
+           "np.concatenate": "np-concat"}[fn]
+    with expect(TraceError, f"`{fn}` was given a tile, but numpy cannot compute on tiles", tag,
+                hint=hint):
+        k[1](_vec())
+
+
+def test_tile_turned_into_a_numpy_array() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = np.asarray(tk.load(X, tk.arange(4)))  # <-- np-asarray
+
+    with expect(TraceError, "a tile was turned into a numpy array", "np-asarray",
+                hint="tk.device_print"):
+        k[1](_vec())
+
+
+def test_matmul_operator_on_tiles() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor):
+        a = tk.zeros((4, 4))
+        c = a @ a  # <-- matmul-op
+
+    with expect(TraceError, "`@` on tiles: tilekit's matrix product is tk.dot", "matmul-op",
+                hint="tk.dot(a, b)"):
+        k[1](_vec())
+
+
+def test_numpy_scalars_in_arithmetic_are_weak_numbers() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, Y: tk.Tensor):
+        x = tk.load(X, tk.arange(4))
+        r = np.float32(2.0) * x + np.int64(1) - x * np.float64(0.5)
+        tk.static_assert(r.dtype is tk.float16)
+        tk.store(Y, tk.arange(4), r)
+
+    y = np.zeros(4, np.float16)
+    k[1](np.arange(4).astype(np.float16), y)
+    np.testing.assert_array_equal(y, np.arange(4) * 1.5 + 1)
+
+
+def test_tile_with_too_many_elements() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, N: tk.constexpr):
+        z = tk.zeros((N, N))  # <-- huge-tile
+        tk.store(X, tk.arange(4), tk.sum(z))
+
+    with expect(TraceError, "a tile of shape (1048576, 1048576) has 1,099,511,627,776 elements; "
+                "a tile may have at most 1,048,576 (2**20)", "huge-tile", hint="tk.range"):
+        k[1](_vec(), N=2**20)
+
+
+def test_tile_element_cap_is_exact() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, N: tk.constexpr):
+        r = tk.arange(N) + 1  # <-- cap-edge
+
+    assert k.trace(_vec(), N=2**20) is not None
+    with expect(TraceError, "a tile of shape (1048577,) has 1,048,577 elements", "cap-edge"):
+        k[1](_vec(), N=2**20 + 1)
+
+
+def test_kernel_called_from_a_kernel() -> None:
+    @tk.kernel
+    def inner(X: tk.Tensor):
+        tk.store(X, tk.arange(4), 1.0)
+
+    @tk.kernel
+    def outer(X: tk.Tensor):
+        inner(X)  # <-- kernel-call
+
+    @tk.kernel
+    def outer_grid(X: tk.Tensor):
+        inner[1](X)  # <-- kernel-launch
+
+    with expect(TraceError, "kernel `outer` calls kernel `inner`, but a kernel cannot launch "
+                "kernels", "kernel-call", hint="plain Python function (no @tk.kernel)"):
+        outer[1](_vec())
+    with expect(TraceError, "kernel `outer_grid` calls kernel `inner`", "kernel-launch",
+                hint="traced inline"):
+        outer_grid[1](_vec())
+
+
+def test_unbounded_recursion_in_a_helper() -> None:
+    def helper(x, depth):
+        return helper(x + 1, depth + 1)  # <-- recursion
+
+    @tk.kernel
+    def k(X: tk.Tensor):
+        tk.store(X, tk.arange(4), helper(tk.zeros((4,)), 0))
+
+    with expect(TraceError, "`helper` recursed", "recursion", hint="compile-time value"):
+        k[1](_vec())
+    with pytest.raises(TraceError, match="levels deep while kernel `k` was traced, past "
+                       "Python's recursion limit"):
+        k[1](_vec())
+
+
+def test_flat_offsets_on_a_strided_view() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, Y: tk.Tensor):
+        offs = tk.arange(8)
+        tk.store(Y, offs, tk.load(X, offs))  # <-- flat-strided
+
+    big = np.arange(16, dtype=np.float32)
+    with expect(MemoryAccessError, "element offset 1 is outside `X` of shape (8,) and strides "
+                "(2,)", "flat-strided", hint="write `i * X.stride(0)`, or use a tile view"):
+        k[1](big[::2], np.zeros(8, np.float32))
+    with pytest.raises(MemoryAccessError) as info:
+        k[1](big[::2], np.zeros(8, np.float32))
+    assert not any("mask the access" in h for h in info.value.hints)
+
+
+class _TorchLike:
+    """Stands in for a torch tensor where torch is not installed: tilekit recognizes torch
+    tensors by their module and ``data_ptr``."""
+
+    __module__ = "torch.stand_in"
+
+    def __init__(self, is_meta: bool, layout: str = "torch.strided") -> None:
+        self.is_meta = is_meta
+        self.layout = layout
+        self.device = type("Device", (), {"type": "meta" if is_meta else "cpu", "index": None})()
+        self.shape, self.dtype = (4,), "torch.float32"
+
+    def data_ptr(self) -> int:
+        return 0
+
+
+def test_meta_tensor_argument() -> None:
+    with expect(LaunchError, "argument `X` is a torch meta tensor: it has a shape and a dtype but "
+                "no data", "meta", hint='torch.empty_like(X, device="cuda")'):
+        copy[1](_TorchLike(is_meta=True), _vec(), N=8)  # <-- meta
+    with expect(LaunchError, "argument `X` is a sparse_coo torch tensor", "sparse",
+                hint="X.to_dense()"):
+        copy[1](_TorchLike(False, "torch.sparse_coo"), _vec(), N=8)  # <-- sparse
+
+
+def test_real_torch_meta_tensor() -> None:
+    torch = pytest.importorskip("torch")
+    with expect(LaunchError, "argument `X` is a torch meta tensor", "torch-meta"):
+        copy[1](torch.empty(8, device="meta"), torch.zeros(8), N=8)  # <-- torch-meta
+
+
+@pytest.mark.gpu
+def test_meta_tensor_on_a_cuda_launch() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    y = torch.zeros(8, device="cuda")
+    with expect(LaunchError, "argument `X` is a torch meta tensor", "cuda-meta"):
+        copy[1](torch.empty(8, device="meta"), y, N=8)  # <-- cuda-meta
+    assert not y.any()
+
+
 # --- running: the interpreter's checks ------------------------------------------------------
 
 

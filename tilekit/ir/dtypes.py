@@ -4,7 +4,7 @@ Each ``DType`` knows its width, kind and numpy spelling (bfloat16 through
 ``ml_dtypes``). ``promote`` is the one place that decides the result type of
 a binary op between two tiles; ``weak_promote`` handles Python scalars, which
 adopt the tile's type the way JAX's weakly typed literals do (``x * 2`` keeps
-``x``'s float16).
+``x``'s float16). The README's "Types of mixed operands" states both rules.
 """
 
 from __future__ import annotations
@@ -136,7 +136,8 @@ def promote(a: DType, b: DType) -> DType:
     bfloat16 gives float32 (neither holds the other). Between integers the
     wider wins; a signed and an unsigned integer of the same width give the
     signed type of twice the width, up to int64 (as numpy does, short of
-    going to float). Integers with a float give the float.
+    going to float). Integers with a float give the float, whatever their
+    widths (int32 with float16 is float16), as PyTorch, JAX and Triton do.
     """
     if a is b:
         return a

@@ -6,7 +6,9 @@ gets numpy-like convenience, written down once:
 - shapes broadcast as in numpy (trailing dims align; size-1 dims stretch);
 - types promote through ``dtypes.promote``; Python numbers are weakly typed
   and take the tile's type (``x * 2`` keeps float16); a literal that does not
-  fit that type is an error, not a silent wrap;
+  fit that type (an int out of range, a float that would be inf) is an error,
+  not a silent wrap or overflow; a comparison with such a number widens the
+  tile instead, so that it stays exact (``x_f16 < 1e6``);
 - ``/`` on integers gives float32; arithmetic on bool tiles works in int32;
 - math functions (``exp``...) on integers compute in float32;
 - small integer sums accumulate in int32, as numpy does.

@@ -24,6 +24,7 @@ from tilekit.errors import SourceLoc, TraceError, user_loc
 from tilekit.ir.builder import Builder
 from tilekit.ir.core import Block, Function, Operation, Region, Value
 from tilekit.ir.opdef import OpTypeError
+from tilekit.ir.types import TileType
 
 
 class ScopeKind(enum.Enum):
@@ -43,6 +44,23 @@ class Scope:
     created: list[Any] = field(default_factory=list)
     # Tiles updated in place while the body was traced: id -> (tile, value before).
     mutated: dict[int, tuple[Any, Value]] = field(default_factory=dict)
+
+
+# The most elements one tile may have (Triton's limit too). A tile lives in one program's
+# registers, and a CTA has 64 K 32-bit registers (tilekit.rt.driver.REGISTER_FILE): a tile
+# of 2**20 float32 already needs 16 times that and lives in local memory. Past it no kernel
+# is reasonable, and the interpreter would allocate gigabytes for every op.
+MAX_TILE_ELEMENTS = 2**20
+
+
+def _check_tile_size(type_: object, loc: SourceLoc | None) -> None:
+    if isinstance(type_, TileType) and type_.numel > MAX_TILE_ELEMENTS:
+        raise TraceError(
+            f"a tile of shape {type_.shape} has {type_.numel:,} elements; a tile may have at "
+            f"most {MAX_TILE_ELEMENTS:,} (2**20)", loc,
+            hints=["a tile is held in one program's registers: loop over chunks of it with "
+                   "`for k in tk.range(...)`, or give each program a smaller tile and launch "
+                   "more programs"])
 
 
 class TraceState:
@@ -66,9 +84,12 @@ class TraceState:
     ) -> Operation:
         loc = loc if loc is not None else user_loc()
         try:
-            return self.builder.create(op, operands, attrs, regions, loc)
+            created = self.builder.create(op, operands, attrs, regions, loc)
         except OpTypeError as exc:
             raise TraceError(f"invalid `{op}`: {exc}", loc) from None
+        for result in created.results:
+            _check_tile_size(result.type, loc)
+        return created
 
     def tensor_scalar(self, tensor: Value, kind: str, axis: int) -> Value:
         """A tensor's size or stride, emitted once at the top of the kernel so

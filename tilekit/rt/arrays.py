@@ -85,6 +85,9 @@ def _from_numpy(arr: np.ndarray, name: str, loc: SourceLoc | None, device: str =
 
 
 def _torch_to_host(t: Any, name: str, loc: SourceLoc | None) -> HostArray:
+    from tilekit.rt.device_arrays import check_torch_tensor
+
+    check_torch_tensor(t, name, loc)
     import torch
 
     src = t.detach()

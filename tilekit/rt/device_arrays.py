@@ -18,6 +18,7 @@ import ctypes
 import enum
 import functools
 import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -149,6 +150,24 @@ def _is_torch(obj: Any) -> bool:
 
 def _is_cupy(obj: Any) -> bool:
     return type(obj).__module__.startswith("cupy") and hasattr(obj, "get")
+
+
+def check_torch_tensor(t: Any, name: str, loc: SourceLoc | None) -> None:
+    """A LaunchError for a torch tensor no kernel can use, whatever the backend: a meta or
+    fake tensor (a shape and a dtype, no data) or a sparse one (no strided memory)."""
+    fake = sys.modules.get("torch._subclasses.fake_tensor")  # loaded by whoever made one
+    if t.is_meta or (fake is not None and isinstance(t, fake.FakeTensor)):
+        what = "meta" if t.is_meta else "fake"
+        raise LaunchError(
+            f"argument `{name}` is a torch {what} tensor: it has a shape and a dtype but no "
+            "data, so a kernel cannot read or write it", loc,
+            hints=[f"pass a tensor with memory, e.g. torch.empty_like({name}, "
+                   "device=\"cuda\"); `.to(\"cuda\")` cannot help, there is nothing to copy"])
+    layout = str(t.layout)
+    if layout != "torch.strided":
+        raise LaunchError(f"argument `{name}` is a {layout.removeprefix('torch.')} torch "
+                          "tensor; kernels take dense (strided) tensors", loc,
+                          hints=[f"pass {name}.to_dense()"])
 
 
 def is_array(obj: Any) -> bool:
@@ -329,6 +348,7 @@ def _dlpack_array(obj: Any, name: str, loc: SourceLoc | None) -> DeviceArray:
 def describe(obj: Any, name: str, loc: SourceLoc | None) -> GpuArg:
     """What the GPU backend launches with for argument ``name`` (no copy made here)."""
     if _is_torch(obj):
+        check_torch_tensor(obj, name, loc)
         if obj.device.type == "cuda":
             return _torch_array(obj, name, loc)
         return _staged(obj, name, loc)

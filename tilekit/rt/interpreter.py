@@ -23,6 +23,7 @@ from tilekit.ir.ops.memory import DeviceAssertionError
 from tilekit.ir.roles import RoleDeadlock, RoleScheduler
 from tilekit.rt.memory import OutOfBounds
 
+
 class ExecContext:
     """The state of one program instance: its id, the values computed so far, and its
     pipelines' shared memory and barriers (``protocol``). ``role`` names the warp role

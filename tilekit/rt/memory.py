@@ -19,7 +19,6 @@ from tilekit.ir.dtypes import DType
 from tilekit.ir.numerics import cast
 from tilekit.rt.arrays import HostArray
 
-
 _HINT_MASK = ("mask the access, e.g. tk.load(X, offs, mask=offs < n) — or use X.tile(shape, "
               "index), which guards edge tiles itself")
 _HINT_SMALLER = ("run with a smaller grid or print offsets with tk.device_print to see where "
