@@ -745,6 +745,20 @@ def test_float32_and_bfloat16_literals_past_their_range() -> None:
         k[1](_halves(), D=tk.bfloat16)
 
 
+def test_float_literal_limit_is_where_rounding_gives_inf() -> None:
+    @tk.kernel
+    def k(X: tk.Tensor, D: tk.constexpr, LIT: tk.constexpr):
+        y = tk.load(X, tk.arange(4)).to(D) - LIT  # <-- lit-edge
+
+    largest_bf16 = (2 - 2**-7) * 2.0**127
+    for dtype, fits, overflows in ((tk.float16, 65519.99, 65520.0),
+                                   (tk.bfloat16, largest_bf16 + 2.0**118, largest_bf16 + 2.0**119)):
+        assert k.trace(_halves(), D=dtype, LIT=fits) is not None
+        assert k.trace(_halves(), D=dtype, LIT=-fits) is not None
+        with expect(TraceError, f"does not fit in {dtype}: it would be inf", "lit-edge"):
+            k[1](_halves(), D=dtype, LIT=-overflows)
+
+
 def test_inf_nan_and_rounding_literals_are_allowed() -> None:
     @tk.kernel
     def k(X: tk.Tensor, Y: tk.Tensor):

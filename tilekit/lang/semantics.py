@@ -69,6 +69,9 @@ def literal_fits(value: Scalar, dtype: DType) -> bool:
             return False
         if not math.isfinite(as_float):
             return isinstance(value, float)
+        if abs(as_float) <= dtype.max_finite:
+            return True
+        # just past the largest finite value: it may still round down to it
         return bool(np.isfinite(numerics.cast(np.asarray(as_float), dtype)))
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         return False
