@@ -156,14 +156,15 @@ def check_torch_tensor(t: Any, name: str, loc: SourceLoc | None) -> None:
     """A LaunchError for a torch tensor no kernel can use, whatever the backend: a meta or
     fake tensor (a shape and a dtype, no data) or a sparse one (no strided memory)."""
     fake = sys.modules.get("torch._subclasses.fake_tensor")  # loaded by whoever made one
-    if t.is_meta or (fake is not None and isinstance(t, fake.FakeTensor)):
-        what = "meta" if t.is_meta else "fake"
+    meta = getattr(t, "is_meta", False)  # (stand-ins for torch tensors may lack it)
+    if meta or (fake is not None and isinstance(t, fake.FakeTensor)):
+        what = "meta" if meta else "fake"
         raise LaunchError(
             f"argument `{name}` is a torch {what} tensor: it has a shape and a dtype but no "
             "data, so a kernel cannot read or write it", loc,
             hints=[f"pass a tensor with memory, e.g. torch.empty_like({name}, "
                    "device=\"cuda\"); `.to(\"cuda\")` cannot help, there is nothing to copy"])
-    layout = str(t.layout)
+    layout = str(getattr(t, "layout", "torch.strided"))
     if layout != "torch.strided":
         raise LaunchError(f"argument `{name}` is a {layout.removeprefix('torch.')} torch "
                           "tensor; kernels take dense (strided) tensors", loc,
