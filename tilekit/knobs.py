@@ -154,8 +154,20 @@ WGMMA: Knob[bool] = Knob(
     "to bisect. Part of the cache key; portfolios are built with it on.",
 )
 
+CHECK: Knob[bool] = Knob(
+    "TILEKIT_CHECK",
+    _parse_bool,
+    False,
+    "Compile GPU kernels with a bounds check on every `tk.load`, `tk.store` and atomic "
+    "(masked-off lanes excluded): an access the interpreter rejects is skipped and raises "
+    "`MemoryAccessError` after the launch, at its line, with the program id and the index, "
+    "and the arrays the kernel writes are left as they were (README, Debugging). Slow: "
+    "every launch synchronizes. Read when a launch takes the slow path "
+    "(`knobs.override(check=True)` turns the fast path off). Part of the cache key.",
+)
+
 ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR, JITTER,
-                              RECORD, PORTFOLIO, NATIVE_LAUNCH, WGMMA)
+                              RECORD, PORTFOLIO, NATIVE_LAUNCH, WGMMA, CHECK)
 
 _overrides: dict[str, Any] = {}
 

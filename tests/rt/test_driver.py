@@ -204,5 +204,5 @@ def test_prototypes_match_the_declarations_of_cuda_bindings() -> None:
         params = [re.sub(r"\s+\w+$", "", p.strip()) for p in found.group(1).split(",")]
         assert tuple(_ctype(p) for p in params) == driver.argtypes(name), name
         versioned = {"cuDeviceTotalMem", "cuMemAlloc", "cuMemFree", "cuMemcpyHtoDAsync",
-                     "cuMemcpyDtoHAsync", "cuMemcpy2DAsync"}
+                     "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemcpy2DAsync"}
         assert symbol == (name + "_v2" if name in versioned else name)

@@ -156,7 +156,7 @@ def untraced(kern: Any, spec_text: str, arch: str) -> Untraced | None:
     if not _env_done:
         _load_env()
     if not _untraced or kern.name not in _by_kernel or knobs.JITTER.get() \
-            or not knobs.WGMMA.get():
+            or not knobs.WGMMA.get() or knobs.CHECK.get():
         return None
     from tilekit.aot.fingerprint import source_hash
 
@@ -187,8 +187,8 @@ def find(module: Module, spec_text: str, size_facts_text: str, arch: str,
     if not _env_done:
         _load_env()
     known = _by_kernel.get(module.kernel.name)
-    if known is None or knobs.JITTER.get() or not knobs.WGMMA.get():  # built without jitter,
-        return None  # with wgmma
+    if known is None or knobs.JITTER.get() or not knobs.WGMMA.get() or knobs.CHECK.get():
+        return None  # built without jitter, with wgmma, unchecked
     from tilekit.aot.portfolio import key_of
 
     key = key_of(module, spec_text, size_facts_text, arch)

@@ -19,7 +19,10 @@ Kernel ABI (in order, one slot each):
 * last, the status word pointer (``u64``): a device ``int32[4]`` the kernel writes
   when a ``tk.device_assert`` fails (word 0: 1 + the index of the failed assert in
   ``asserts``; words 1-3: the program id), so that the runtime raises an error at the
-  user's line without a device trap (which would poison the CUDA context).
+  user's line without a device trap (which would poison the CUDA context). A kernel
+  compiled in check mode (``checked``, ``TILEKIT_CHECK``) has a longer status buffer,
+  ``CHECKED_STATUS_WORDS`` words: after the assert's four, the first out-of-bounds access
+  (``CheckWords``; ``access_sites`` says which access each code names).
 """
 
 from __future__ import annotations
@@ -59,6 +62,41 @@ class AssertSite(Record):
     col: int | None = None
 
 
+class AccessSite(Record):
+    """A raw ``load``/``store``/``atomic`` that a checked kernel bounds-checks (``op``): the
+    tensor it accesses, the shape of its offsets tile (positions are reported in it) and
+    the user's line, for the runtime's ``MemoryAccessError``."""
+    __slots__ = ()
+    op: str
+    tensor: str
+    shape: tuple[int, ...]
+    file: str
+    line: int
+    col: int | None = None
+
+
+#: The status buffer's words (int32) of a kernel without check mode: the assert's.
+STATUS_WORDS = 4
+#: ... and of a checked kernel: the assert's, then the ``CheckWords``.
+CHECKED_STATUS_WORDS = 16
+
+
+class CheckWords:
+    """Where a checked kernel records its first out-of-bounds access in the status buffer
+    (int32 word indices; 64-bit fields are 8-byte aligned, little-endian). The first is
+    the lowest *key*: the program's linear id ``x + gx * (y + gy * z)`` (``KEY_PROGRAM``),
+    then the access's rank among those the program ran and the element's row-major
+    position in the offsets tile (``KEY_ORDER``: rank << 32 | position), which is the one
+    the interpreter reports (it runs the programs in that order and stops at the first
+    fault). Threads that fail take ``LOCK`` (0: free) to compare keys and write."""
+    LOCK = 4
+    CODE = 5  # 0: no fault; else 1 + the index of the access in ``access_sites``
+    KEY_PROGRAM = 6  # u64, initially all ones
+    KEY_ORDER = 8  # u64, initially all ones
+    OFFSET = 10  # i64: the element offset the access asked for
+    PROGRAM = 12  # 3 words: the program id (x, y, z)
+
+
 class CompiledKernel(Record):
     """One kernel compiled for one target (a specialization of one kernel).
 
@@ -88,7 +126,21 @@ class CompiledKernel(Record):
     repacked: tuple[str, ...] = ()  # tensor arguments the runtime copies before the
     #   launch into a buffer with rows padded to 16 bytes (tilekit.rt.repack); the kernel
     #   was compiled for that copy (16-byte aligned base and row strides)
+    checked: bool = False  # compiled in check mode (TILEKIT_CHECK): bounds checks, the
+    #   longer status buffer (CHECKED_STATUS_WORDS)
+    access_sites: tuple[AccessSite, ...] = ()  # the accesses it checks
 
     @property
     def block_threads(self) -> int:
         return self.num_warps * self.warp_size
+
+    @property
+    def status_words(self) -> int:
+        """The int32 words of its status buffer."""
+        return CHECKED_STATUS_WORDS if self.checked else STATUS_WORDS
+
+    @property
+    def may_fail(self) -> bool:
+        """Whether a launch can report a failure through the status buffer (then the
+        runtime reads it after the launch)."""
+        return bool(self.asserts or self.access_sites)

@@ -262,7 +262,8 @@ def _role_warps(module: Module, warps: int) -> int:
 def compile_module(module: Module, target: str | Target = "sm_90a",
                    num_warps: int | None = None,
                    divisible: frozenset[tuple[str, int, int]] = frozenset(),
-                   while_llvm: Callable[[], object] | None = None) -> CompiledKernel:
+                   while_llvm: Callable[[], object] | None = None,
+                   check: bool = False) -> CompiledKernel:
     """Lower a traced module to a loadable binary for ``target``.
 
     The bucket's facts come from the specialization (``fn.aligned16``, ``unit_inner``,
@@ -270,7 +271,8 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
     ``(tensor, dim, n)`` whose size along ``dim`` is a positive multiple of ``n``; see
     ``tilekit.codegen.size_facts``). ``while_llvm``: see ``emit_binary``. A kernel with
     warp roles gets more warps than ``num_warps``: its producer warps
-    (``CompiledKernel.num_warps`` says how many in all)."""
+    (``CompiledKernel.num_warps`` says how many in all). ``check``: bounds-check every raw
+    load, store and atomic (``TILEKIT_CHECK``; ``bounds_check``)."""
     from tilekit.codegen.lower import lower_function
     from tilekit.layout.propagate import LayoutOptions, assign_layouts
 
@@ -294,7 +296,7 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         aligned16, unit_inner, strides16 = (frozenset(getattr(scheduled, f, frozenset()))
                                             for f in ("aligned16", "unit_inner", "strides16"))
         lowering = lower_function(laid.kernel, tgt, warps, aligned16, unit_inner, strides16,
-                                  divisible, pipeline_smem_bytes=pipeline_bytes)
+                                  divisible, pipeline_smem_bytes=pipeline_bytes, check=check)
         if lowering.shared_bytes > tgt.max_shared_bytes:
             what = "its pipelines' stages and barriers and " if pipeline_bytes else ""
             raise LoweringError(
@@ -321,4 +323,5 @@ def compile_module(module: Module, target: str | Target = "sm_90a",
         params=tuple(lowering.slots), asserts=tuple(lowering.asserts),
         written_args=written_args(laid),
         prints=any(op.name == "print" for op in laid.walk()), llvm_ir=llvm_text,
-        repacked=tuple(sorted(getattr(module.kernel, "repacked", ()))))
+        repacked=tuple(sorted(getattr(module.kernel, "repacked", ()))),
+        checked=check, access_sites=tuple(lowering.access_sites))

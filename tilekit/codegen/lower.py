@@ -32,7 +32,7 @@ from typing import Any
 from llvmlite import ir
 
 from tilekit.codegen import scalar_ops as S
-from tilekit.codegen.artifact import AssertSite, ParamSlot, SlotKind
+from tilekit.codegen.artifact import AccessSite, AssertSite, ParamSlot, SlotKind
 from tilekit.codegen.mathlib import MathLib
 from tilekit.codegen.rules import RULES, rule
 from tilekit.codegen.target import Target
@@ -95,7 +95,7 @@ class KernelLowering:
                  unit_inner: frozenset[str] = frozenset(),
                  strides16: frozenset[str] = frozenset(),
                  divisible: frozenset[tuple[str, int, int]] = frozenset(),
-                 pipeline_smem_bytes: int = 0) -> None:
+                 pipeline_smem_bytes: int = 0, check: bool = False) -> None:
         from tilekit.codegen import amdgpu, lower_async, nvptx
 
         self.fn = fn
@@ -117,6 +117,9 @@ class KernelLowering:
         self.math = MathLib.for_target(target.triple)
         self.values: dict[int, Any] = {}
         self.asserts: list[AssertSite] = []
+        # Check mode (TILEKIT_CHECK): raw accesses are bounds-checked (bounds_check.guard)
+        self.check = check
+        self.access_sites: list[AccessSite] = []
         # Shared memory: the pipelines' rings and barriers in [0, pipeline_bytes) (offsets
         # set by tilekit.sched), then the scratch of conversions and reductions.
         self.pipeline_bytes = pipeline_smem_bytes
@@ -881,15 +884,16 @@ def lower_function(fn: Function, target: Target, num_warps: int,
                    unit_inner: frozenset[str] = frozenset(),
                    strides16: frozenset[str] = frozenset(),
                    divisible: frozenset[tuple[str, int, int]] = frozenset(),
-                   pipeline_smem_bytes: int = 0) -> KernelLowering:
+                   pipeline_smem_bytes: int = 0, check: bool = False) -> KernelLowering:
     """Lower ``fn`` (every tile value has a layout) to an LLVM module. ``num_warps`` is the
     warps the layouts were assigned for (the consumer warps of a warp-specialized kernel,
     whose block also has the producer warps: ``KernelLowering.block_warps``);
-    ``pipeline_smem_bytes`` the shared memory its scheduled pipelines take from offset 0."""
+    ``pipeline_smem_bytes`` the shared memory its scheduled pipelines take from offset 0;
+    ``check``: bounds-check every raw access (``bounds_check``)."""
     from tilekit.codegen import lower_async, lower_memory, lower_tiles  # noqa: F401  (rules)
 
     lowering = KernelLowering(fn, target, num_warps, aligned16, unit_inner, strides16,
-                              divisible, pipeline_smem_bytes)
+                              divisible, pipeline_smem_bytes, check)
     lower_async.lower_entry(lowering, fn)
     lowering.finish()
     return lowering

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
+from tilekit.codegen import bounds_check
 from tilekit.codegen import scalar_ops as S
 from tilekit.codegen.lower import I64, KernelLowering, TensorHandle, c32, dtype_of, layout_of
 from tilekit.codegen.rules import rule
@@ -248,6 +249,8 @@ def _load(L: KernelLowering, op: Operation) -> None:
     else:
         others = [S.constant(t.dtype, 0)] * lay.num_regs
     preds = [mask[r] if mask else None for r in range(lay.num_regs)]
+    if L.check:
+        preds = bounds_check.guard(L, op, lay, offsets, preds, signed)
     L.before_global_read()
     L.define(op.result, gather(L, t, lay, offsets, preds, others, signed))
 
@@ -260,7 +263,10 @@ def _store(L: KernelLowering, op: Operation) -> None:
     offs_v = op.operand("offsets")
     mask = L.regs(op.operand("mask")) if op.operand("mask") is not None else None
     preds = [_and(L, L.owned(lay, r), mask[r] if mask else None) for r in range(lay.num_regs)]
-    scatter(L, t, lay, L.regs(offs_v), L.regs(value), preds, dtype_of(offs_v).is_signed)
+    signed = dtype_of(offs_v).is_signed
+    if L.check:
+        preds = bounds_check.guard(L, op, lay, L.regs(offs_v), preds, signed)
+    scatter(L, t, lay, L.regs(offs_v), L.regs(value), preds, signed)
     L.after_global_write()
 
 
@@ -315,12 +321,17 @@ def _atomic(L: KernelLowering, op: Operation) -> None:
     kind = op.attrs["kind"]
     dt = t.dtype
     L.before_global_read()
+    checked = None
+    if L.check:
+        checked = bounds_check.guard(L, op, lay, offsets, [
+            _and(L, L.owned(lay, r), mask[r] if mask else None) for r in range(lay.num_regs)],
+            signed)
     olds = []
     owners = []
     for r in range(lay.num_regs):
         own = L.owned(lay, r)
         owners.append(own)
-        pred = _and(L, own, mask[r] if mask else None)
+        pred = _and(L, own, mask[r] if mask else None) if checked is None else checked[r]
         zero = S.constant(dt, 0)
         olds.append(L.select_load(pred, lambda r=r: _atomic_one(
             L, kind, dt, element_ptr(L, t, offsets[r], signed), values[r]), zero))

@@ -61,7 +61,7 @@ enum { K_TENSOR = 'T', K_INT = 'I', K_SCALAR = 'S', K_BF16 = 'B', K_CONST = 'C' 
 enum { OK = 0, DECLINE = 1, MISS = 2, EMPTY = 3, ERROR = -1 };
 
 static PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_get_device, *s_dim,
-    *s_stream, *s_interpret;
+    *s_stream, *s_interpret, *s_check;
 
 /* An exception raised by a Python call on the way: an ``Exception`` is the outcome
  * ``soft`` (the generated code's ``except Exception``), anything else (KeyboardInterrupt)
@@ -350,14 +350,22 @@ static int bind(Launcher *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return OK;
 }
 
-/* ``knobs.override(interpret=True)`` is active: the fast path is off. */
-static int interpret_requested(Launcher *self) {
+/* ``knobs.override(interpret=True)`` or ``check=True`` is active: the fast path is off
+   (``fastpath.FAST_PATH_OFF``). */
+static int fast_path_off(Launcher *self) {
     if (PyDict_GET_SIZE(self->overrides) == 0) return OK;
-    PyObject *v = PyDict_GetItemWithError(self->overrides, s_interpret);
-    if (v == NULL) return PyErr_Occurred() ? soft_error(DECLINE) : OK;
-    int t = PyObject_IsTrue(v);
-    if (t < 0) return soft_error(DECLINE);
-    return t ? DECLINE : OK;
+    PyObject *keys[] = {s_interpret, s_check};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        PyObject *v = PyDict_GetItemWithError(self->overrides, keys[i]);
+        if (v == NULL) {
+            if (PyErr_Occurred()) return soft_error(DECLINE);
+            continue;
+        }
+        int t = PyObject_IsTrue(v);
+        if (t < 0) return soft_error(DECLINE);
+        if (t) return DECLINE;
+    }
+    return OK;
 }
 
 /* A tuple of ``rank`` plain ints into int64s; DECLINE for anything else. */
@@ -701,7 +709,7 @@ static PyObject *Launcher_vectorcall(PyObject *op, PyObject *const *args, size_t
     c.key = c.dev0 = c.stream = NULL;
     PyObject *entry_tuple = NULL;
     int rc = nargs >= 1 ? bind(self, args + 1, nargs - 1, kwnames, &c) : DECLINE;
-    if (rc == OK) rc = interpret_requested(self);
+    if (rc == OK) rc = fast_path_off(self);
     if (rc == OK) rc = compute_key(self, &c);
     if (rc == OK) rc = lookup(self, &c, &entry_tuple);
     if (rc == OK) rc = launch_entry(self, &c, args[0], entry_tuple);
@@ -1009,6 +1017,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         {&s_data_ptr, "data_ptr"}, {&s_shape, "shape"}, {&s_stride, "stride"},
         {&s_dtype, "dtype"}, {&s_get_device, "get_device"}, {&s_dim, "dim"},
         {&s_stream, "stream"}, {&s_interpret, "TILEKIT_INTERPRET"},
+        {&s_check, "TILEKIT_CHECK"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (*names[i].slot == NULL) {

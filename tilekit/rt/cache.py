@@ -36,7 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tilekit import knobs
-from tilekit.codegen.artifact import AssertSite, CompiledKernel, ParamSlot, SlotKind
+from tilekit.codegen.artifact import (
+    AccessSite,
+    AssertSite,
+    CompiledKernel,
+    ParamSlot,
+    SlotKind,
+)
 from tilekit.record import Record
 
 if TYPE_CHECKING:  # the key is imported by the first disk lookup, not by every launch
@@ -130,7 +136,10 @@ class Entry(Record):
 
 
 def kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
-    """A compiled kernel's fields but its binary, as plain JSON (also the portfolio's)."""
+    """A compiled kernel's fields but its binary, as plain JSON (also the portfolio's). A
+    checked kernel's fields (``TILEKIT_CHECK``) are written only for such a kernel."""
+    checked = {"checked": True, "access_sites": [[a.op, a.tensor, list(a.shape), a.file,
+                                                 a.line, a.col] for a in k.access_sites]}
     return {
         "name": k.name, "target": k.target, "binary_kind": k.binary_kind,
         "num_warps": k.num_warps, "warp_size": k.warp_size, "shared_bytes": k.shared_bytes,
@@ -140,6 +149,7 @@ def kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
         "written_args": list(k.written_args),
         "prints": k.prints,
         "repacked": list(k.repacked),
+        **(checked if k.checked else {}),
     }
 
 
@@ -160,6 +170,10 @@ def kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
         written_args=tuple(str(a) for a in d["written_args"]),
         prints=bool(d.get("prints", False)),
         repacked=tuple(str(a) for a in d.get("repacked", ())),
+        checked=bool(d.get("checked", False)),
+        access_sites=tuple(AccessSite(str(op), str(t), tuple(int(n) for n in shape), str(f),
+                                      int(ln), None if c is None else int(c))
+                           for op, t, shape, f, ln, c in d.get("access_sites", ())),
     )
 
 

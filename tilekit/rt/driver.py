@@ -94,6 +94,8 @@ _PROTOTYPES: dict[str, tuple[str, str]] = {
     "cuMemcpyHtoDAsync": ("cuMemcpyHtoDAsync_v2",
                           "CUdeviceptr, const void*, size_t, CUstream"),
     "cuMemcpyDtoHAsync": ("cuMemcpyDtoHAsync_v2", "void*, CUdeviceptr, size_t, CUstream"),
+    "cuMemcpyDtoDAsync": ("cuMemcpyDtoDAsync_v2",
+                          "CUdeviceptr, CUdeviceptr, size_t, CUstream"),
     "cuMemsetD32Async": ("cuMemsetD32Async", "CUdeviceptr, unsigned int, size_t, CUstream"),
     "cuMemAllocAsync": ("cuMemAllocAsync", "CUdeviceptr*, size_t, CUstream"),
     "cuMemAllocFromPoolAsync": ("cuMemAllocFromPoolAsync",
@@ -665,6 +667,13 @@ def copy_to_host(dst_host: int, src: int, nbytes: int, stream: int,
     if nbytes:
         _call("cuMemcpyDtoHAsync", dst_host, src, nbytes, stream or None, loc=loc,
               running=True)
+
+
+def copy_device(dst: int, src: int, nbytes: int, stream: int,
+                loc: SourceLoc | None = None) -> None:
+    """Copy ``nbytes`` between two device buffers, ordered on ``stream``."""
+    if nbytes:
+        _call("cuMemcpyDtoDAsync", dst, src, nbytes, stream or None, loc=loc)
 
 
 def memset32(dst: int, value: int, count: int, stream: int,

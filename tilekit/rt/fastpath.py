@@ -64,9 +64,10 @@ dispatchers with an entry packed by ``_map_packer`` (tensor maps), keep the gene
 function. The GIL is held from the key to the launch's return (the launch included), so
 two threads never write one entry's buffer at once.
 
-What it skips, by design: the ``TILEKIT_INTERPRET`` environment variable is read when a
-launch takes the slow path (``knobs.override(interpret=True)`` turns the fast path off
-while active); numpy, cupy and other arrays always take the slow path.
+What it skips, by design: the ``TILEKIT_INTERPRET`` and ``TILEKIT_CHECK`` environment
+variables are read when a launch takes the slow path (``knobs.override(interpret=True)``
+or ``check=True`` turns the fast path off while active: ``FAST_PATH_OFF``); numpy, cupy
+and other arrays always take the slow path, and so do checked kernels.
 """
 
 from __future__ import annotations
@@ -104,8 +105,15 @@ MISS: Any = type("Miss", (), {"__repr__": lambda self: "MISS", "__slots__": ()})
 COVERED_TENSOR_FACTS = frozenset({"dtype", "rank", "index", "aligned16", "unit_inner",
                                   "strides16"})
 # The facts of a loaded kernel's variant (``gpu.Variant``) besides its specialization and
-# device that the key covers: the size facts (``Dispatcher.cover``).
-COVERED_VARIANT_FACTS = frozenset({"divisible"})
+# device that the key covers: the size facts (``Dispatcher.cover``). ``checked`` needs no
+# key: a checked kernel never has an entry (``make_entry``), and while
+# ``knobs.override(check=True)`` is active every call misses (``FAST_PATH_OFF``).
+COVERED_VARIANT_FACTS = frozenset({"divisible", "checked"})
+
+# The knobs whose ``knobs.override`` turns the fast path off while it is active: they
+# change what a launch runs (the interpreter; checked kernels). Read from the overrides
+# only when there are overrides, so a hit without them pays one truth test.
+FAST_PATH_OFF = ("TILEKIT_INTERPRET", "TILEKIT_CHECK")
 
 _I32 = 2**31 - 1
 
@@ -367,8 +375,8 @@ def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str) -
     b = body.append
     checks = [f"type({p.name}) is not _tk_type_{p.name}" for p in plans if p.kind != CONST]
     if mode != KEY:
-        checks += ["_tk_more", "_tk_kw",
-                   "_tk_overrides and _tk_overrides.get('TILEKIT_INTERPRET')"]
+        off = " or ".join(f"_tk_overrides.get({k!r})" for k in FAST_PATH_OFF)
+        checks += ["_tk_more", "_tk_kw", f"_tk_overrides and ({off})"]
     b(f"if {' or '.join(checks)}:")
     b("    raise _tk_Miss")
     key: list[str] = []
@@ -714,8 +722,8 @@ def make_entry(profile: Profile, loaded: Any,
     ``_map_packer``'s and its slots start 64-byte aligned (the native launcher leaves it
     to the generated function)."""
     compiled = loaded.compiled
-    if compiled.prints:  # the slow path synchronizes to flush tk.device_print's output
-        return None
+    if compiled.prints or compiled.checked:  # the slow path synchronizes (to flush
+        return None  # tk.device_print's output; to read a checked kernel's status)
     slots = [(p.kind, p.arg, p.axis if p.kind in (SlotKind.SIZE, SlotKind.STRIDE) else -1)
              for p in compiled.params]
     maps = [p for p in compiled.params if p.kind is SlotKind.TENSOR_MAP]

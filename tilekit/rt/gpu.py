@@ -47,13 +47,14 @@ CompileFn = Callable[["Module", str, frozenset[SizeFact]], CompiledKernel]
 
 class Variant(Record):
     """What one loaded kernel was compiled for: the specialization (traced once), the
-    device, and the size facts that hold for the call (the candidates of the traced kernel
+    device, the size facts that hold for the call (the candidates of the traced kernel
     that hold; facts no tile view uses are never in it, so calls that differ only in them
-    share the variant)."""
+    share the variant), and whether it is checked (``TILEKIT_CHECK``)."""
     __slots__ = ()
     spec: Specialization
     device: int
     divisible: frozenset[SizeFact]
+    checked: bool = False
 
 
 # --- compile, through the cache -----------------------------------------------------------
@@ -83,7 +84,7 @@ def size_facts_text(divisible: frozenset[SizeFact]) -> str:
 
 
 def cache_key(module: Module, spec: Specialization, arch: str,
-              divisible: frozenset[SizeFact] = frozenset()) -> CacheKey:
+              divisible: frozenset[SizeFact] = frozenset(), check: bool = False) -> CacheKey:
     from tilekit import knobs
     from tilekit.ir.printer import print_module
     from tilekit.rt.cache_key import CacheKey
@@ -92,32 +93,37 @@ def cache_key(module: Module, spec: Specialization, arch: str,
     source = str(fn.loc.file) if fn.loc is not None else ""
     jitter = "|jitter" if knobs.JITTER.get() else ""
     jitter += "" if knobs.WGMMA.get() else "|no-wgmma"
+    jitter += "|check" if check else ""
     return CacheKey.of(fn.name, print_module(module, with_locs=True),
                        f"{source}|{spec_text(spec)}|divisible={size_facts_text(divisible)}"
                        f"{jitter}", arch)
 
 
-def _codegen(module: Module, arch: str, divisible: frozenset[SizeFact]) -> CompiledKernel:
+def _codegen(module: Module, arch: str, divisible: frozenset[SizeFact],
+             check: bool = False) -> CompiledKernel:
     from tilekit.codegen import compile_module
     from tilekit.rt import link
 
     # nvJitLink, which links the PTX next, is loaded while LLVM optimizes
     return compile_module(module, target=arch, divisible=divisible,
-                          while_llvm=link.prefetch if arch.startswith("sm_") else None)
+                          while_llvm=link.prefetch if arch.startswith("sm_") else None,
+                          check=check)
 
 
 def compile_cached(module: Module, spec: Specialization, arch: str,
                    loc: SourceLoc | None = None,
                    compile_fn: CompileFn | None = None,
-                   divisible: frozenset[SizeFact] = frozenset()) -> cache.Entry:
+                   divisible: frozenset[SizeFact] = frozenset(),
+                   check: bool = False) -> cache.Entry:
     """The compiled and linked kernel for ``module`` on ``arch`` and the call's size facts
-    ``divisible``: from the disk cache, or compiled (``compile_fn``, default
-    ``tilekit.codegen.compile_module``), linked with nvJitLink when available, and
-    stored."""
+    ``divisible`` (bounds-checked with ``check``: ``TILEKIT_CHECK``): from the disk cache,
+    or compiled (``compile_fn``, default ``tilekit.codegen.compile_module``), linked with
+    nvJitLink when available, and stored."""
     dumps = knobs.DUMP.get()
 
     def build() -> cache.Entry:
-        compiled = (compile_fn or _codegen)(module, arch, divisible)
+        compiled = compile_fn(module, arch, divisible) if compile_fn is not None else \
+            _codegen(module, arch, divisible, check)
         if "llvm" in dumps and compiled.llvm_ir:
             _dump(f"llvm: {compiled.name} ({arch})", compiled.llvm_ir)
         if compiled.llvm_ir:
@@ -130,7 +136,7 @@ def compile_cached(module: Module, spec: Specialization, arch: str,
                                   module.kernel.loc or loc)
         return cache.Entry(compiled, image)
 
-    entry = cache.get_or_build(cache_key(module, spec, arch, divisible), build)
+    entry = cache.get_or_build(cache_key(module, spec, arch, divisible, check), build)
     if "ptx" in dumps and entry.kernel.binary_kind == "ptx":
         _dump(f"ptx: {entry.kernel.name} ({arch})", entry.kernel.binary.decode(errors="replace"))
     return entry
@@ -154,7 +160,7 @@ class LoadedKernel(Record):
     compiled: CompiledKernel
     function: driver.LoadedFunction
     props: driver.DeviceProps
-    status_ptr: int  # device int32[4] (allocated when the kernel has asserts)
+    status_ptr: int  # device int32[compiled.status_words] (when the kernel may fail)
     buffer: Any  # ctypes char array: the slots
     pack: Callable[..., None]  # pack(buffer, 0, *slot_values)
     params: Any  # ctypes array of void*: the kernelParams
@@ -234,18 +240,19 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None,
     if loaded is not None:
         cache.count("memory_hits")
         return loaded
-    spec, device, divisible = variant
+    spec, device, divisible, checked = variant
     props = driver.device_props(device)
     entry = None
-    if untraced is not None:
+    if untraced is not None and not checked:  # portfolios hold no checked kernels
         from tilekit.aot import registry
 
         entry = registry.take(untraced, size_facts_text(divisible))
     if entry is None:
         module = kern.specialize(spec)
-        entry = _prebuilt(module, spec, props.arch, divisible, loc)
+        entry = None if checked else _prebuilt(module, spec, props.arch, divisible, loc)
         if entry is None:
-            entry = compile_cached(module, spec, props.arch, loc, divisible=divisible)
+            entry = compile_cached(module, spec, props.arch, loc, divisible=divisible,
+                                   check=checked)
     compiled = entry.kernel
     checks.check_shared_memory(compiled.shared_bytes, props.max_shared_optin, compiled.name, loc)
     checks.check_block(compiled.block_threads, props.max_threads_per_block, loc)
@@ -254,9 +261,9 @@ def _load(kern: Any, variant: Variant, loc: SourceLoc | None,
     warn_if_spilling(compiled, driver.function_attributes(function.handle),
                      getattr(kern, "loc", None) or loc)
     status_ptr = 0
-    if compiled.asserts:
-        status_ptr = driver.alloc(16, loc)
-        driver.memset32(status_ptr, 0, 4, 0, loc)
+    if compiled.may_fail:
+        status_ptr = driver.alloc(4 * compiled.status_words, loc)
+        _reset_status(compiled, status_ptr, 0, loc)
         driver.synchronize(0, loc)
     loaded = LoadedKernel.build(compiled, function, props, status_ptr)
     kern._loaded[variant] = loaded
@@ -334,22 +341,48 @@ def _record(kern: Any, spec: Specialization, runtime: Mapping[str, Any], arch: s
         record.append(path, kern, spec, runtime, arch)
 
 
-def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None) -> None:
-    """Raise the failed ``tk.device_assert`` (if any) at its line; reset the word."""
-    word = np.zeros(4, np.int32)
-    driver.copy_to_host(word.ctypes.data, loaded.status_ptr, 16, stream, loc)
-    driver.synchronize(stream, loc)
-    if word[0] == 0:
+def _reset_status(compiled: CompiledKernel, status_ptr: int, stream: int,
+                  loc: SourceLoc | None) -> None:
+    """Nothing recorded in the status buffer: zeros (and a checked kernel's key at its
+    maximum, ``check_mode.initial_status``)."""
+    if not compiled.checked:
+        driver.memset32(status_ptr, 0, compiled.status_words, stream, loc)
         return
-    driver.memset32(loaded.status_ptr, 0, 4, stream, loc)
-    asserts = loaded.compiled.asserts
-    index = int(word[0]) - 1
-    pid = (int(word[1]), int(word[2]), int(word[3]))
+    from tilekit.rt import check_mode
+
+    initial = check_mode.initial_status(compiled.status_words)
+    driver.copy_to_device(status_ptr, initial.ctypes.data, initial.nbytes, stream, loc)
+    driver.synchronize(stream, loc)  # the host buffer is a temporary
+
+
+def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None,
+                  arrays: Mapping[str, Any] | None = None) -> None:
+    """Raise what the launch recorded in its status buffer, then reset it: a checked
+    kernel's out-of-bounds access (``arrays``: the launch's tensors, for the index and
+    strides the message shows), else the failed ``tk.device_assert`` (or zero loop step)
+    at its line."""
+    compiled = loaded.compiled
+    words = np.zeros(compiled.status_words, np.int32)
+    driver.copy_to_host(words.ctypes.data, loaded.status_ptr, words.nbytes, stream, loc)
+    driver.synchronize(stream, loc)
+    fault = None
+    if compiled.checked:
+        from tilekit.rt import check_mode
+
+        fault = check_mode.access_error(compiled, words, arrays or {})
+    if fault is None and words[0] == 0:
+        return
+    _reset_status(compiled, loaded.status_ptr, stream, loc)
+    if fault is not None:  # an assert that failed too came after it, or not: the fault first
+        raise fault
+    asserts = compiled.asserts
+    index = int(words[0]) - 1
+    pid = (int(words[1]), int(words[2]), int(words[3]))
     if not 0 <= index < len(asserts):
-        raise ExecutionError(f"kernel `{loaded.compiled.name}` reported an unknown failure "
-                             f"(status {int(word[0])}) in program {pid}", loc)
+        raise ExecutionError(f"kernel `{compiled.name}` reported an unknown failure "
+                             f"(status {int(words[0])}) in program {pid}", loc)
     site = asserts[index]
-    raise ExecutionError(f"device assertion failed: {site.message} (program {pid})",
+    raise ExecutionError(f"{site.message} (program {pid})",
                          SourceLoc(site.file, site.line, site.col))
 
 
@@ -359,10 +392,12 @@ def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None) -> N
 def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any],
            stream_arg: Any, loc: SourceLoc | None, fast: bool = False) -> None:
     """Run ``kern`` on the GPU: every check before anything is queued; numpy arguments
-    copied in, and back (only those the kernel writes, only when it succeeded).
+    copied in, and back (only those the kernel writes, only when it succeeded). In check
+    mode (``TILEKIT_CHECK``) the kernel is the checked one, and the device arrays it writes
+    are copied too, and back only when it succeeded (``check_mode``).
 
     ``fast``: a successful launch of torch tensors installs its key in the kernel's fast
-    path."""
+    path (not a checked one's)."""
     from tilekit.rt.launcher import _resolve_grid, specialize_arguments
 
     spec, runtime = specialize_arguments(kern, bound, loc, device_arrays.describe)
@@ -380,7 +415,7 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
     untraced = _untraced(kern, spec, device)
     candidates = untraced.candidates if untraced is not None else kern.size_candidates(spec)
     divisible = size_facts_holding(candidates, {n: a.shape for n, a in tensors.items()})
-    variant = Variant(spec, device, divisible)
+    variant = Variant(spec, device, divisible, knobs.CHECK.get())
     new = variant not in kern._loaded
     loaded = _load(kern, variant, loc, untraced)
     if new:
@@ -413,9 +448,17 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
 
     ptrs = {n: a.ptr for n, a in tensors.items() if isinstance(a, DeviceArray)}
     staged = [a for a in tensors.values() if isinstance(a, StagedArray)]
+    scratch = None
+    if compiled.checked and compiled.may_fail and written & ptrs.keys():
+        from tilekit.rt import check_mode
+
+        scratch = check_mode.Scratch({n: tensors[n] for n in ptrs}, written, stream,
+                                     device, loc)
     buffers: list[int] = []
     ok = False
     try:
+        if scratch is not None:
+            ptrs.update(scratch.open())
         for s in staged:
             base = driver.alloc(s.nbytes, loc)
             buffers.append(base)
@@ -426,8 +469,8 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
         loaded.fill(read, ptrs, scalars, loc)
         driver.launch(loaded.function, grid, compiled.block_threads, compiled.shared_bytes,
                       stream, loaded.params_ptr, loc)
-        if compiled.asserts:
-            _check_status(loaded, stream, loc)
+        if compiled.may_fail:  # a checked kernel's fault names an index: the arrays' strides
+            _check_status(loaded, stream, loc, *([tensors] if compiled.checked else []))
         elif compiled.prints:  # device printf is flushed when the launch completes
             driver.synchronize(stream, loc)
         backs = []
@@ -440,12 +483,16 @@ def launch(kern: Any, grid_spec: Any, bound: Mapping[str, Any], values: list[Any
             driver.synchronize(stream, loc)
         for s, tmp in backs:
             s.copy_back(tmp)
+        if scratch is not None:
+            scratch.commit()
         ok = True
-        if fast and not staged and not repacks:
+        if fast and not staged and not repacks and not compiled.checked:
             install(kern, spec, loaded, bound, candidates)
     finally:
         for r in repacks.values():  # freed once the launch is done (stream-ordered)
             r.free(stream)
+        if scratch is not None:
+            scratch.release()
         if buffers:
             if not ok:
                 try:
@@ -465,7 +512,10 @@ def install(kern: Any, spec: Specialization, loaded: LoadedKernel, bound: Mappin
     generate the dispatcher of this call's profile, make its key cover the size facts
     ``candidates`` of this specialization, compute its key for these arguments, and put an
     entry for this variant under it. False when the call cannot be repeated on the fast
-    path (numpy or cupy arrays, odd scalars, a driver without ``cuLaunchKernelEx``)."""
+    path (numpy or cupy arrays, odd scalars, a driver without ``cuLaunchKernelEx``, a
+    checked kernel: its launches copy and synchronize)."""
+    if loaded.compiled.checked:
+        return False
     profile = fastpath.profile_of(kern, spec, bound)
     launch_ex = driver.launch_ex_fn()
     if profile is None or launch_ex is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tilekit.errors import ExecutionError, MemoryAccessError
+from tilekit.errors import ExecutionError, MemoryAccessError, SourceLoc
 from tilekit.ir.async_protocol import ProtocolState, ProtocolViolation, WouldBlock
 from tilekit.ir.core import Block, Function, Operation, Value
 from tilekit.ir.ops.control import ZeroStepLoop
@@ -22,6 +22,14 @@ from tilekit.ir.ops.elementwise import IntegerDivisionByZero
 from tilekit.ir.ops.memory import DeviceAssertionError
 from tilekit.ir.roles import RoleDeadlock, RoleScheduler
 from tilekit.rt.memory import OutOfBounds
+
+
+def out_of_bounds(op_name: str, program_id: tuple[int, int, int], exc: OutOfBounds,
+                  loc: SourceLoc | None) -> MemoryAccessError:
+    """The error of an access outside its tensor, as the interpreter words it (the GPU's
+    check mode, ``tilekit.rt.check_mode``, words its faults the same way)."""
+    return MemoryAccessError(f"`{op_name}` out of bounds in program {program_id}: {exc} "
+                             f"(at position {exc.position} of the tile)", loc, exc.hints)
 
 
 class ExecContext:
@@ -71,9 +79,7 @@ class ExecContext:
                         f"{exc.what}", op.loc, _HINTS_DEADLOCK) from None
                 self.roles.block(self, op, exc)
             except OutOfBounds as exc:
-                raise MemoryAccessError(
-                    f"`{op.name}` out of bounds in program {self.program_id}: {exc} "
-                    f"(at position {exc.position} of the tile)", op.loc, exc.hints) from None
+                raise out_of_bounds(op.name, self.program_id, exc, op.loc) from None
             except IntegerDivisionByZero as exc:
                 raise ExecutionError(f"{exc} in program {self.program_id}", op.loc,
                                      ["guard the divisor with tk.where(d != 0, d, 1)"]) from None

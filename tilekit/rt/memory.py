@@ -68,6 +68,29 @@ def _strides_hint(tensor: str, strides: tuple[int, ...], offset: int) -> str:
             "the strides")
 
 
+def index_of(offset: int, shape: tuple[int, ...],
+             strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The tensor index an element offset would address, for messages (the interpreter's,
+    and the GPU's check mode's).
+
+    Decomposed along the strides from the largest down, so an offset past the
+    end reads as e.g. index (1000, 3) of a (1000, 37) tensor: the row that is
+    one too far. None when the offset is not on the view's grid at all.
+    """
+    if not shape or any(n == 0 for n in shape):
+        return None
+    order = sorted(range(len(shape)), key=lambda d: -abs(strides[d]))
+    rest = offset
+    idx = [0] * len(shape)
+    for d in order:
+        st = strides[d]
+        if st == 0:
+            continue
+        idx[d] = rest // st
+        rest -= idx[d] * st
+    return tuple(idx) if rest == 0 else None
+
+
 def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     out, step = [], 1
     for n in reversed(shape):
@@ -117,26 +140,6 @@ class TensorBinding:
             self._valid = valid
         return self._valid
 
-    def _index_of(self, offset: int) -> tuple[int, ...] | None:
-        """The tensor index an element offset would address, for messages.
-
-        Decomposed along the strides from the largest down, so an offset past the
-        end reads as e.g. index (1000, 3) of a (1000, 37) tensor: the row that is
-        one too far. None when the offset is not on the view's grid at all.
-        """
-        if not self.shape or any(n == 0 for n in self.shape):
-            return None
-        order = sorted(range(len(self.shape)), key=lambda d: -abs(self.strides[d]))
-        rest = offset
-        idx = [0] * len(self.shape)
-        for d in order:
-            st = self.strides[d]
-            if st == 0:
-                continue
-            idx[d] = rest // st
-            rest -= idx[d] * st
-        return tuple(idx) if rest == 0 else None
-
     def _check(self, offsets: np.ndarray, active: np.ndarray | None) -> np.ndarray:
         """Positions in the flat buffer for the active offsets; raises on a bad one."""
         offs = np.asarray(offsets, dtype=np.int64)
@@ -150,8 +153,8 @@ class TensorBinding:
         if np.any(bad):
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             off = int(offs[where]) if offs.ndim else int(offs)
-            raise OutOfBounds(self.name, off, self.shape, self._index_of(off), where,
-                              self.strides)
+            raise OutOfBounds(self.name, off, self.shape,
+                              index_of(off, self.shape, self.strides), where, self.strides)
         return pos
 
     def gather(self, offsets: np.ndarray, mask: np.ndarray | None,
