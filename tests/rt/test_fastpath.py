@@ -356,6 +356,21 @@ def test_scalar_out_of_range_for_its_slot_takes_the_slow_path(fake: Driver) -> N
     assert dispatcher.dispatch(8, (x, x, x, 1000), {"BLOCK": BLOCK}) is None
 
 
+def test_an_override_of_check_mode_turns_the_fast_path_off(fake: Driver) -> None:
+    """``knobs.override(check=True)`` after hits: every call takes the slow path (which
+    loads the checked kernel) while it is active, and hits again after."""
+    x = FakeTensor((1000,))
+    run(x, x, x, 1000)
+    run(x, x, x, 1000)
+    with knobs.override(check=True):
+        dispatcher = next(iter(add._loaded.fast.values()))
+        assert dispatcher.dispatch(8, (x, x, x, 1000), {"BLOCK": BLOCK}) is fastpath.MISS
+        run(x, x, x, 1000)
+    run(x, x, x, 1000)
+    assert paths(fake) == ["slow", "fast", "slow", "fast"]
+    assert [v.checked for v in fake.variants] == [False, True]
+
+
 def test_device_asserts_read_the_status_word_on_both_paths(fake: Driver,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:

@@ -19,6 +19,7 @@ CONSTANT = 4
 class Vendor:
     name = "amdgpu"
     shared_addrspace = LDS
+    private_addrspace = 5  # local variables: private memory (allocas)
     global_addrspace = GLOBAL
 
     def kernel_function(self, module: ir.Module, name: str, param_types: list[ir.Type],

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 
+from tilekit.errors import SourceLoc
 from tilekit.record import Record
 
 
@@ -73,6 +74,12 @@ class AccessSite(Record):
     file: str
     line: int
     col: int | None = None
+    end_col: int | None = None
+    end_line: int | None = None
+
+    @property
+    def loc(self) -> SourceLoc:
+        return SourceLoc(self.file, self.line, self.col, self.end_col, self.end_line)
 
 
 #: The status buffer's words (int32) of a kernel without check mode: the assert's.

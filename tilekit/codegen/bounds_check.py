@@ -229,12 +229,28 @@ def fault_function(L: KernelLowering) -> ir.Function:
     return fn
 
 
+class _Alloca(ir.instructions.AllocaInstr):
+    """An ``alloca`` in the vendor's address space for local variables (llvmlite's builder
+    makes them in the default one; AMDGPU's are in its private space, 5)."""
+
+    def __init__(self, parent: ir.Block, typ: ir.Type, name: str, addrspace: int) -> None:
+        super().__init__(parent, typ, None, name)
+        self.type = typ.as_pointer(addrspace)
+        self.addrspace = addrspace
+
+    def descr(self, buf: list[str]) -> None:
+        super().descr(buf)
+        if self.addrspace:
+            buf.append(f", addrspace({self.addrspace})")
+
+
 def _access_rank(L: KernelLowering) -> ir.Value:
     """How many checked accesses this thread ran before this one (i32): the same in every
     thread of a program, whose control flow is uniform. A local variable that LLVM turns
     into registers (and loop phis)."""
     def counter(pb: ir.IRBuilder) -> ir.Value:
-        slot = pb.alloca(I32, name="access_rank")
+        slot = _Alloca(pb.block, I32, "access_rank", L.vendor.private_addrspace)
+        pb._insert(slot)
         pb.store(c32(0), slot)
         return slot
 
@@ -265,9 +281,8 @@ def guard(L: KernelLowering, op: Operation, lay: TileLayout, offsets: Sequence[i
         failed.append(bad if pred is None else b.and_(pred, bad))
     rank = _access_rank(L)
     loc = op.loc
-    L.access_sites.append(AccessSite(op.name, t.name, tuple(lay.shape),
-                                     loc.file if loc else "", loc.line if loc else 0,
-                                     loc.col if loc else None))
+    L.access_sites.append(AccessSite(op.name, t.name, tuple(lay.shape), *(
+        (loc.file, loc.line, loc.col, loc.end_col, loc.end_line) if loc else ("", 0))))
     code = len(L.access_sites)
     any_failed = failed[0]
     for f in failed[1:]:

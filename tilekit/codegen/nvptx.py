@@ -22,6 +22,7 @@ def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
 class Vendor:
     name = "nvptx"
     shared_addrspace = SHARED
+    private_addrspace = 0  # local variables: the generic space (allocas)
     global_addrspace = GLOBAL
 
     def kernel_function(self, module: ir.Module, name: str, param_types: list[ir.Type],

@@ -138,8 +138,9 @@ class Entry(Record):
 def kernel_to_json(k: CompiledKernel) -> dict[str, Any]:
     """A compiled kernel's fields but its binary, as plain JSON (also the portfolio's). A
     checked kernel's fields (``TILEKIT_CHECK``) are written only for such a kernel."""
-    checked = {"checked": True, "access_sites": [[a.op, a.tensor, list(a.shape), a.file,
-                                                 a.line, a.col] for a in k.access_sites]}
+    checked = {"checked": True, "access_sites": [
+        [a.op, a.tensor, list(a.shape), a.file, a.line, a.col, a.end_col, a.end_line]
+        for a in k.access_sites]}
     return {
         "name": k.name, "target": k.target, "binary_kind": k.binary_kind,
         "num_warps": k.num_warps, "warp_size": k.warp_size, "shared_bytes": k.shared_bytes,
@@ -172,8 +173,8 @@ def kernel_from_json(d: Mapping[str, Any], binary: bytes) -> CompiledKernel:
         repacked=tuple(str(a) for a in d.get("repacked", ())),
         checked=bool(d.get("checked", False)),
         access_sites=tuple(AccessSite(str(op), str(t), tuple(int(n) for n in shape), str(f),
-                                      int(ln), None if c is None else int(c))
-                           for op, t, shape, f, ln, c in d.get("access_sites", ())),
+                                      int(ln), *(None if c is None else int(c) for c in cols))
+                           for op, t, shape, f, ln, *cols in d.get("access_sites", ())),
     )
 
 

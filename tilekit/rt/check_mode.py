@@ -62,7 +62,7 @@ def access_error(compiled: CompiledKernel, words: np.ndarray,
     shape, strides = tuple(arr.shape), tuple(arr.strides)
     exc = OutOfBounds(site.tensor, offset, shape, index_of(offset, shape, strides), position,
                       strides)
-    return out_of_bounds(site.op, program, exc, SourceLoc(site.file, site.line, site.col))
+    return out_of_bounds(site.op, program, exc, site.loc)
 
 
 # --- scratch copies -------------------------------------------------------------------------
