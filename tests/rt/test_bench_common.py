@@ -38,7 +38,7 @@ def test_environment_header() -> None:
     assert {"date", "python", "tilekit_commit", "torch", "triton"} <= set(env)
 
 
-@pytest.mark.parametrize("bench", ["dispatch.py", "compile.py", "matmul.py"])
+@pytest.mark.parametrize("bench", ["dispatch.py", "compile.py", "matmul.py", "check_cost.py"])
 def test_benches_say_why_without_a_gpu(bench: str) -> None:
     try:
         import torch
