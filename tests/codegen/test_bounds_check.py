@@ -228,3 +228,70 @@ def test_checked_kernels_assemble_for_gfx942():
     module = strided_store.trace(np.zeros(30, np.float32), np.zeros(10, np.float32), N=10)
     compiled = compile_module(module, "gfx942", check=True)
     assert compiled.binary.startswith(b"\x7fELF") and len(compiled.access_sites) == 2
+
+
+# --- the fault record ----------------------------------------------------------------------
+
+
+class HostVendor:
+    """The vendor calls ``fault_function`` makes, on the host: the program id and the grid
+    are read from a global ``int32[6]`` (x, y, z, then the grid's x, y, z)."""
+
+    global_addrspace = 0
+
+    def __init__(self, module: ir.Module) -> None:
+        self.ids = ir.GlobalVariable(module, ir.ArrayType(I32, 6), "ids")
+        self.ids.initializer = ir.Constant(ir.ArrayType(I32, 6), [0] * 6)
+
+    def block_id(self, b: ir.IRBuilder, axis: int) -> ir.Value:
+        return b.load(b.gep(self.ids, [ir.Constant(I32, 0), ir.Constant(I32, axis)]))
+
+    def num_blocks(self, b: ir.IRBuilder, axis: int) -> ir.Value:
+        return b.load(b.gep(self.ids, [ir.Constant(I32, 0), ir.Constant(I32, 3 + axis)]))
+
+
+def test_the_fault_record_keeps_the_lowest_key():
+    """``tk_access_fault`` on the host, called as failing threads would, in any order: the
+    record is the lowest (program, rank, position) and reads back as that fault."""
+    import types
+
+    import llvmlite.binding as llvm
+
+    from tilekit.codegen.artifact import AccessSite, CheckWords, CompiledKernel
+    from tilekit.rt import check_mode
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = ir.Module("fault")
+    module.triple = llvm.get_process_triple()
+    vendor = HostVendor(module)
+    bounds_check.fault_function(types.SimpleNamespace(module=module, vendor=vendor))
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    engine = llvm.create_mcjit_compiler(
+        parsed, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    fault = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32,
+                             ctypes.c_int64)(
+        engine.get_function_address(bounds_check.FAULT_FUNCTION))
+    ids = (ctypes.c_int32 * 6).from_address(engine.get_global_value_address("ids"))
+    sites = tuple(AccessSite("store", "X", (4, 8), "k.py", 10 + i) for i in range(3))
+    compiled = CompiledKernel("k", "sm_90a", "ptx", b"", 4, 32, 0, (), checked=True,
+                              access_sites=sites)
+    arrays = {"X": types.SimpleNamespace(shape=(1000,), strides=(1,))}
+    grid = (5, 3, 2)
+    # (program, rank, position, site, offset): the second of program (1, 2, 0) is the first
+    calls = [((4, 0, 1), 0, 3, 0, 1001), ((1, 2, 0), 2, 9, 1, 2000), ((1, 2, 0), 1, 31, 2, 1500),
+             ((1, 2, 0), 1, 30, 1, 1400), ((2, 2, 0), 0, 0, 0, 1002), ((3, 1, 1), 0, 0, 0, 1)]
+    rng = np.random.default_rng(0)
+    for order in [range(len(calls)), *(rng.permutation(len(calls)) for _ in range(5))]:
+        status = check_mode.initial_status(16)
+        for k in order:
+            program, rank, position, site, offset = calls[k]
+            ids[:] = [*program, *grid]
+            fault(status.ctypes.data, (rank << 32) | position, site + 1, offset)
+        err = check_mode.access_error(compiled, status, arrays)
+        assert err is not None and err.loc.line == 11
+        assert "in program (1, 2, 0): element offset 1400 (index (1400,))" in str(err)
+        assert "(at position (3, 6) of the tile)" in str(err)
+        assert status[CheckWords.LOCK] == 0  # released
