@@ -109,8 +109,9 @@ def test_the_runtime_records_keep_their_fields_and_defaults() -> None:
         (SlotKind.POINTER, "X", "uint64", -1, (), "NONE")
     assert AssertSite("m", "f.py", 1).col is None
     kernel = CompiledKernel("k", "sm_90a", "ptx", b"", 4, 32, 0, ())
-    assert kernel._fields[-5:] == ("asserts", "written_args", "prints", "llvm_ir", "repacked")
-    assert kernel[8:] == ((), (), False, "", ())
+    assert kernel._fields[-7:] == ("asserts", "written_args", "prints", "llvm_ir", "repacked",
+                                   "checked", "access_sites")
+    assert kernel[8:] == ((), (), False, "", (), False, ())
     assert TensorSpec._fields == ("dtype", "rank", "index", "aligned16", "unit_inner",
                                   "strides16")
     spec = Specialization((("N", ConstSpec(5)), ("a", ScalarSpec(None))))
