@@ -162,8 +162,9 @@ CHECK: Knob[bool] = Knob(
     "(masked-off lanes excluded): an access the interpreter rejects is skipped and raises "
     "`MemoryAccessError` after the launch, at its line, with the program id and the index, "
     "and the arrays the kernel writes are left as they were (README, Debugging). Slow: "
-    "every launch synchronizes. Read when a launch takes the slow path "
-    "(`knobs.override(check=True)` turns the fast path off). Part of the cache key.",
+    "checked launches take the slow path, copy the arrays they write and synchronize. Read "
+    "when a launch takes the slow path (`knobs.override(check=True)` turns the fast path "
+    "off). Part of the cache key.",
 )
 
 ALL: tuple[Knob[Any], ...] = (INTERPRET, DUMP, DUMP_LOCS, VERIFY_PASSES, CACHE_DIR, JITTER,
