@@ -373,8 +373,8 @@ def _check_status(loaded: LoadedKernel, stream: int, loc: SourceLoc | None,
     if fault is None and words[0] == 0:
         return
     _reset_status(compiled, loaded.status_ptr, stream, loc)
-    if fault is not None:  # an assert that failed too came after it, or not: the fault first
-        raise fault
+    if fault is not None:  # when an assert failed too, the access (which came first is
+        raise fault  # not recorded)
     asserts = compiled.asserts
     index = int(words[0]) - 1
     pid = (int(words[1]), int(words[2]), int(words[3]))
