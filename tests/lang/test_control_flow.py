@@ -17,7 +17,6 @@ import importlib.util
 import linecache
 import os
 import textwrap
-import warnings
 import zlib
 from pathlib import Path
 

@@ -364,7 +364,7 @@ def _is_generator(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(fn.body))
 
 
-# --- step 2: hooks around every for and with --------------------------------------------------------
+# --- step 2: hooks around every for and with ------------------------------------------------
 
 class _ScopeHooks:
     """Bracket each ``for`` and ``with`` of one function with the hooks of ``flow``.
@@ -486,7 +486,7 @@ def _rebind(result: str, names: set[str]) -> list[ast.stmt]:
     return out
 
 
-# --- step 3: calls through the hooks -------------------------------------------------------------------
+# --- step 3: calls through the hooks ---------------------------------------------------------
 
 class _WrapCalls(ast.NodeTransformer):
     """``f(...)`` becomes ``_tk.call(f)(...)``: ``call`` returns the rewritten helper, or ``f``
