@@ -226,7 +226,8 @@ def shared_divisor_cases(seed: int = 0, n: int = 512) -> tuple[np.ndarray, np.nd
     ones: quotients exactly at a midpoint between two subnormals (ties to even), quotients
     next to the overflow threshold, subnormal and zero dividends. Then rows whose quotients
     all lie 2^-49 (relative) from a midpoint, as close as float32 quotients come:
-    ``A * 2^25 = B * M +- 1`` with ``M`` odd and of 25 bits, ``y = B``, ``x = A * 2^k``."""
+    ``A * 2^25 = B * M +- 1`` with ``M`` odd and of 25 bits, ``y = B``, ``x = A * 2^k``.
+    Last, one row per ``TIE_DIVISORS``: ties that only the correction step rounds right."""
     rng = np.random.default_rng(seed)
     f32 = np.float32
     tiny = 2.0 ** -149
@@ -263,4 +264,31 @@ def shared_divisor_cases(seed: int = 0, n: int = 512) -> tuple[np.ndarray, np.nd
         shift = np.arange(n) % 200 - 100  # quotients from 2^-100 to 2^100 times m
         xs.append((np.float64(a) * np.exp2(shift.astype(np.float64))).astype(f32))
         ys.append(f32(b))
+    tie_rng = np.random.default_rng(seed + 1)  # a stream of its own: the rows above stay
+    for y in TIE_DIVISORS:
+        xs.append(subnormal_ties(tie_rng, y, n))
+        ys.append(f32(y))
     return np.stack(xs), np.array(ys, f32)
+
+
+# Divisors ``y = Y * 2^b`` (``Y`` odd, ``b >= 1``) whose float64 reciprocal ``RN(1/y)`` is off
+# by 0.72 to 0.97 of its half ulp (relative 2^-53), either way. A quotient ``x / y == t`` that
+# is a tie between two float32 subnormals then has ``x * RN(1/y)`` one float64 step from
+# ``t``, for about half of the ties on the side that rounds to the odd neighbour (found by
+# brute force over the odd ``Y < 2^13``). Divisors like 3, 7, 4097 or 0.1 never do this: their
+# reciprocals round closer, and ``x * RN(1/y)`` is ``t`` itself.
+TIE_DIVISORS = (123 * 2.0, -503 * 2.0**7, 1997 * 2.0**30, -3987 * 2.0**60, 8067 * 2.0**100,
+                49 * 2.0**120)
+
+
+def subnormal_ties(rng: np.random.Generator, y: float, n: int) -> np.ndarray:
+    """``n`` float32 dividends ``x = +-y * odd * 2^-150`` whose quotients by ``y`` are ties
+    between two subnormals; exact because ``odd`` times the odd part of ``y`` is < 2^24."""
+    odd_part = int(abs(y))
+    while odd_part % 2 == 0:
+        odd_part //= 2
+    odds = 2 * rng.integers(0, 2**24 // odd_part // 2, n) + 1
+    exact = rng.choice([-1.0, 1.0], n) * abs(y) * odds * 2.0**-150
+    x = exact.astype(np.float32)
+    assert np.array_equal(x.astype(np.float64), exact), "a tie's dividend is not a float32"
+    return x

@@ -161,18 +161,34 @@ class SharedDivisor:
     range check and a slow-path call, and ptxas spends ~2 ms on each (70 of the 160 ms
     that the example softmax of 4097 columns, 33 divisions per thread, took).
 
-    How: in float64, where no float32 quotient overflows or underflows. One reciprocal
-    ``r`` of ``y`` to within 2^-50 (the target's estimate, three Newton steps); per
-    element ``q0 = x * r``, the remainder ``x - y * q0`` (exact, one fma) and ``q1 = q0 +
-    rem * r`` (one fma). ``q1`` is within 2^-52 (relative) of ``x / y``, and equal to it
-    when ``x / y`` is a float32 midpoint (25 significant bits); a quotient that is not a
-    midpoint lies at least 2^-49 from one (``x - y * m`` is a nonzero multiple of the last
-    places of ``y`` and ``m``). So rounding ``q1`` to float32 gives the correctly rounded
-    quotient, subnormal and overflowing ones included. Where ``q1`` is NaN (an infinite
-    ``x``, a zero or infinite ``y``) or zero (a zero ``x``: ``q1``'s sign may be wrong),
-    ``q0`` is the right answer.
-    ``tests/codegen/test_scalar_ops.py`` (host) and ``tests/lang/test_differential.py``
-    (GPU) check it bit for bit, on quotients as close to midpoints as float32 allows."""
+    How: in float64, where no float32 quotient overflows or underflows. ``r = RN(1/y)``:
+    the target's estimate and three Newton steps. From any estimate within 2^-14 the
+    second step leaves ``r`` within 2^-52, the third (its ``1 - y*r`` exact) lands within
+    2^-104 of ``1/y``, which lies at least 2^-78 from a float64 midpoint (``1 - y*M*2^k``
+    is a nonzero multiple of ``y``'s and ``M``'s last places), so it rounds to ``RN(1/y)``.
+    Per element ``q0 = x * r``, within 2^-52 (relative) of ``x / y``.
+
+    Rounding ``q0`` to float32 is right except at ties. A quotient that is not a float32
+    midpoint ``M * 2^k`` (``M`` odd) lies more than 2^-49 from one (``x - y * M * 2^k`` is
+    a nonzero multiple of the last places of ``y`` and ``M``: at least ``1/(Y*M)``, ``Y``
+    and ``M`` below 2^24 and 2^25), so ``q0`` is on the same side. A tie ``x / y == M *
+    2^k`` needs ``M`` times the odd part of ``y`` to fit ``x``'s 24 bits, so ``M < 2^24``:
+    only ties between two subnormals (``odd * 2^-150``), and ``q0`` is inexact only when
+    ``y`` is not a power of two. There ``q0`` can be one float64 step off the tie, towards
+    the odd neighbour (``RN(1/y)`` off by nearly half an ulp: ``TIE_DIVISORS`` in
+    ``tests/lang/helpers.py``). The correction fixes that: the remainder ``x - y * q0`` is
+    exact (one fma) and ``q1 = q0 + rem * r`` (one fma) lies within 2^-100 of ``x / y``,
+    a float64, so ``q1`` is the tie itself and the final rounding sees it. Where ``q1`` is
+    NaN (an infinite ``x``, a zero or infinite ``y``) or zero (a zero ``x``: ``q1``'s sign
+    may be wrong), ``q0`` is the right answer.
+
+    16-bit floats need no correction: float16 quotients are never subnormal in float32
+    (``|x / y| >= 2^-24 / 65504``), and a bfloat16 tie rounds to the same bfloat16 from
+    either float32 neighbour (they are 2^-149 apart; a bfloat16 rounding boundary, an odd
+    multiple of 2^-134, at one of them needs ``M = odd * 2^16 +- 1``, more than the 8 bits
+    of ``x``). ``tests/codegen/test_shared_divisor.py`` runs this IR on the host with
+    hardware-like estimates; ``tests/codegen/test_scalar_ops.py`` (host) and
+    ``tests/lang/test_differential.py`` (GPU) check it bit for bit, ties included."""
 
     def __init__(self, b: ir.IRBuilder, math: MathLib, dtype: DType, y: ir.Value) -> None:
         self.dtype = dtype
@@ -191,10 +207,11 @@ class SharedDivisor:
 
     def __call__(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
         xd = b.fpext(_up(b, self.dtype, x), self.y.type)
-        q0 = b.fmul(xd, self.r)
-        rem = intrinsic(b, "fma", self.neg_y, q0, xd)
-        q1 = intrinsic(b, "fma", rem, self.r, q0)
-        q = b.select(b.fcmp_unordered("==", q1, ir.Constant(q1.type, 0.0)), q0, q1)
+        q = q0 = b.fmul(xd, self.r)
+        if self.dtype is DType.FLOAT32:  # ties between subnormals
+            rem = intrinsic(b, "fma", self.neg_y, q0, xd)
+            q1 = intrinsic(b, "fma", rem, self.r, q0)
+            q = b.select(b.fcmp_unordered("==", q1, ir.Constant(q1.type, 0.0)), q0, q1)
         return _down(b, self.dtype, b.fptrunc(q, _F32))
 
 
