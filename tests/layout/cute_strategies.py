@@ -201,6 +201,53 @@ def interleaved_layouts(draw: st.DrawFn) -> Layout:
     return Layout((s0, s1), (1, d1))
 
 
+@st.composite
+def coalesced_layouts(draw: st.DrawFn, max_modes: int = 4, negative: bool = False) -> Layout:
+    """Layouts in coalesce's normal form: no size-1 leaf (``1:0`` stands for size 1), depth 1,
+    and no adjacent leaves ``s0:d0, s1:d1`` with ``d1 == s0 * d0``."""
+    count = draw(st.integers(0, max_modes))
+    sizes = [n for n in LEAF_SIZES if n > 1]
+    # Strides 1 and 0 (contiguous and broadcast) half the time: the merges that matter most.
+    values = st.one_of(st.sampled_from((1, 1, 0)), st.sampled_from(STRIDE_VALUES))
+    if negative:
+        values = st.one_of(values, values.map(lambda v: -v))
+    shapes: list[int] = []
+    strides: list[int] = []
+    for _ in range(count):
+        s = draw(st.sampled_from(sizes))
+        ban = shapes[-1] * strides[-1] if shapes else None
+        strides.append(draw(values.filter(lambda d, ban=ban: d != ban)))
+        shapes.append(s)
+    if not shapes:
+        return Layout(1, 0)
+    if len(shapes) == 1:
+        return Layout(shapes[0], strides[0])
+    return Layout(tuple(shapes), tuple(strides))
+
+
+@st.composite
+def split_layouts(draw: st.DrawFn, coalesced: Layout, max_depth: int = 3) -> Layout:
+    """The function of ``coalesced`` written with more modes: each leaf ``s:d`` split into
+    ordered factors ``a:d, b:a*d, ...``, size-1 leaves of any stride put anywhere, nested at
+    random. ``coalesce`` must give ``coalesced`` back."""
+    leaves: list[tuple[int, int]] = []
+    for s, d in zip(reference_flatten(coalesced.shape), reference_flatten(coalesced.stride),
+                    strict=False):
+        if s == 1:
+            continue
+        step = d
+        for factor in draw(st.sampled_from(_factorizations(s))):
+            leaves.append((factor, step))
+            step *= factor
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(leaves)))
+        leaves.insert(at, (1, draw(st.sampled_from(STRIDE_VALUES))))
+    if not leaves:
+        leaves.append((1, draw(st.sampled_from(STRIDE_VALUES))))
+    shape = draw(nestings([s for s, _ in leaves], max_depth))
+    return Layout(shape, _like(shape, [d for _, d in leaves]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Composable pairs and tilers, built from the left layout's domain digits
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.layout.cute_strategies import (
+    coalesced_layouts,
     compact_layouts,
     composable_pairs,
     cosize_bounds,
@@ -25,6 +27,7 @@ from tests.layout.cute_strategies import (
     reference_flatten,
     reference_injective,
     reference_values,
+    split_layouts,
     tile_layouts,
     tilers_for,
     tractable_layouts,
@@ -208,17 +211,45 @@ def test_slice_plus_offset_is_the_function(layout, data):
 # Coalesce and filter
 
 
+def assert_coalesced(result: Layout) -> None:
+    """coalesce's normal form: depth <= 1, no size-1 leaf but a lone ``1:0``, and no adjacent
+    leaves ``s0:d0, s1:d1`` with ``d1 == s0 * d0`` (those would merge into ``s0*s1:d0``)."""
+    shapes, strides = reference_flatten(result.shape), reference_flatten(result.stride)
+    assert result.depth <= 1, f"{result} is nested"
+    if result != Layout(1, 0):
+        assert all(s > 1 for s in shapes), f"{result} keeps a size-1 leaf"
+    mergeable = [
+        k
+        for k, (s0, d0, d1) in enumerate(zip(shapes, strides, strides[1:], strict=False))
+        if d1 == s0 * d0
+    ]
+    assert not mergeable, f"{result}: leaves {mergeable} would merge with the next one"
+
+
 @given(layouts(negative=True))
 def test_coalesce_preserves_the_function_and_size(layout):
     result = coalesce(layout)
     assert result.size == layout.size
-    assert result.depth <= 1
     for i in range(2 * layout.size + 3):
         assert reference_eval(result, i) == reference_eval(layout, i)
-    shapes, strides = reference_flatten(result.shape), reference_flatten(result.stride)
-    if result != Layout(1, 0):
-        assert all(s > 1 for s in shapes)
-    assert all(s0 * d0 != d1 for s0, d0, d1 in zip(shapes, strides, strides[1:], strict=False))
+    assert_coalesced(result)
+
+
+@given(coalesced_layouts(negative=True).flatmap(lambda c: st.tuples(st.just(c), split_layouts(c))))
+def test_coalesce_merges_every_split_back(pair):
+    """Random layouts rarely have mergeable neighbours; these are all made of them (stride-1,
+    stride-0, negative and other strides, size-1 leaves between), so coalesce must undo every
+    split to give the normal form it was split from."""
+    coalesced, split = pair
+    assert coalesce(split) == coalesced
+
+
+@pytest.mark.parametrize("stride", [1, 0, 3, -2])
+def test_coalesce_merges_every_pair_of_sizes(stride):
+    for a, b in itertools.product(range(1, 17), repeat=2):
+        merged = Layout(a * b, stride) if a * b > 1 else Layout(1, 0)
+        assert coalesce(Layout((a, b), (stride, a * stride))) == merged
+        assert coalesce(Layout((2, (a, b)), (5, (stride, a * stride))), (1, 1))[1] == merged
 
 
 @given(layouts())
@@ -228,7 +259,15 @@ def test_by_mode_coalesce_keeps_the_modes(layout):
     result = coalesce(layout, profile)
     assert result.rank == layout.rank
     for mode, got in zip(layout.modes(), result.modes(), strict=False):
-        assert same_function(mode, got) and got.depth <= 1
+        assert same_function(mode, got)
+        assert_coalesced(got)
+
+
+@given(st.lists(coalesced_layouts(max_modes=3, negative=True), min_size=1, max_size=3), st.data())
+def test_by_mode_coalesce_merges_every_split_mode_back(modes, data):
+    split = make_layout(*(data.draw(split_layouts(m)) for m in modes))
+    assert coalesce(split, (1,) * len(modes)) == make_layout(*modes)
+    assert coalesce(split) == coalesce(make_layout(*modes))
 
 
 def test_coalesce_examples_from_the_cute_docs():
@@ -701,6 +740,7 @@ def test_logical_product_keeps_a_and_replicates_it(a, b):
     assert result[0] == a
     assert result.size == a.size * b.size
     assert reference_compatible(b.shape, result[1].shape)
+    check_composition(complement(a, a.size * b.cosize), b, result[1])  # its definition
     if reference_injective(values(b)):
         assert reference_injective(values(result))
 
@@ -756,17 +796,88 @@ def test_blocked_and_raked_products_place_compact_blocks(a, b):
 
 
 def test_blocked_product_from_the_cute_docs():
-    # "A 2x5 row-major layout is arranged as a tile in a 3x4 column-major arrangement";
-    # blocked_product coalesces mode 0.
+    # "A 2x5 row-major layout is arranged as a tile in a 3x4 column-major arrangement". The
+    # docs show mode 0 coalesced to 6:5; CuTe's code has not coalesced since CUTLASS 3.8, and
+    # these are the answers of its headers (tests/layout/cute_golden.json has more).
     block, tiler = row_major((2, 5)), column_major((3, 4))
     result = blocked_product(block, tiler)
-    assert result == P("(6,(5,4)):(5,(1,30))")
+    assert result == P("((2,3),(5,4)):((5,10),(1,30))")
     for r, c in itertools.product(range(6), range(20)):
         tile = (r // 2) + 3 * (c // 5)
         assert result(r, c) == 10 * tile + 5 * (r % 2) + c % 5
     assert raked_product(block, tiler) == P("((3,2),(4,5)):((10,5),(30,1))")
     assert blocked_product(block, (3, 4)) == result
-    assert blocked_product(P("4:1"), P("3:1")) == P("12:1")
+    assert blocked_product(P("4:1"), P("3:1")) == P("((4,3)):((1,4))")
+
+
+def test_rank_one_products_stay_rank_one_and_rake():
+    """Issue 27: rank-1 blocked/raked products came out coalesced (``20:1``), of rank 2
+    (``(8,2):(1,32)``) and, raked, in the blocked order; CuTe's answers."""
+    assert raked_product(P("5:1"), P("4:1")) == P("((4,5)):((5,1))")
+    table = raked_product(P("5:1"), P("4:1")).to_table(flat=True)
+    assert table.tolist()[:6] == [0, 5, 10, 15, 1, 6]
+    assert raked_product(P("8:1"), P("2:4")) == P("((2,8)):((32,1))")
+    assert blocked_product(P("8:1"), P("2:4")) == P("((8,2)):((1,32))")
+    assert blocked_product(P("(4):(1)"), P("(3,2):(1,3)")) == P("((4,3),(1,2)):((1,4),(0,12))")
+
+
+def test_tiled_and_flat_keep_a_part_of_rank_one_whole():
+    """CuTe slices a zipped result's parts with ``repeat<rank>(_)``: a part of rank 1 is one
+    mode even when it is a 1-tuple; only parts of rank >= 2 are unpacked (CuTe's answers)."""
+    assert tiled_divide(P("((5,8)):((2,6))"), (P("4:10"),)) == P("((4),((5,2))):((12),((2,6)))")
+    assert flat_divide(P("((11,2)):((1,8))"), (P("(11,(2)):(1,(11))"),)) == P(
+        "(((11,(2))),(1)):(((1,(8))),(0))"
+    )
+    assert tiled_product(P("(3,3):(6,1)"), P("(6):(16)")) == P("((3,3),(6)):((6,1),(144))")
+    assert flat_product(P("((11,2)):((2,44))"), (1,)) == P("(((11,2)),(1)):(((2,44)),(0))")
+
+
+def _padded_modes(layout: Layout, rank: int) -> list[Layout]:
+    modes = list(layout.modes())
+    return modes + [Layout(1, 0)] * (rank - len(modes))
+
+
+@given(
+    st.one_of(tractable_layouts(max_leaves=3, max_size=24, max_depth=2), st.builds(
+        Layout, st.sampled_from((1, 2, 3, 5, 8)), st.sampled_from((1, 2, 3)))),
+    layouts(max_leaves=3, max_size=12, max_depth=2),
+)
+def test_rank_sensitive_products_zip_a_logical_product(a, b):
+    """``blocked_product(A, B)`` mode k is ``(A_k, B'_k)`` and ``raked_product`` mode k is
+    ``(B'_k, A_k)``, with ``A``, ``B`` padded to rank ``max(rank A, rank B)`` and ``B' =
+    complement(A, size(A) * cosize(B)) o B``: checked point by point against that definition
+    (reference evaluation), with the rank, the sizes and, for compact blocks, the codomain."""
+    try:
+        blocked, raked = blocked_product(a, b), raked_product(a, b)
+    except LayoutError as err:
+        assert "composition" in str(err)
+        return
+    r = max(a.rank, b.rank)
+    assert blocked.rank == raked.rank == r
+    a_modes, b_modes = _padded_modes(a, r), _padded_modes(b, r)
+    a_pad, b_pad = make_layout(*a_modes), make_layout(*b_modes)
+    rest = complement(a_pad, a_pad.size * b_pad.cosize)
+    a_sizes, b_sizes = [m.size for m in a_modes], [m.size for m in b_modes]
+    assert [m.size for m in blocked.modes()] == [x * y for x, y in zip(a_sizes, b_sizes)]
+    assert [m.size for m in raked.modes()] == [x * y for x, y in zip(a_sizes, b_sizes)]
+
+    def flat(index: Sequence[int], sizes: Sequence[int]) -> int:
+        return sum(i * math.prod(sizes[:k]) for k, i in enumerate(index))
+
+    for i in itertools.product(*(range(n) for n in a_sizes)):
+        a_value = reference_eval(a_pad, flat(i, a_sizes))
+        for j in itertools.product(*(range(n) for n in b_sizes)):
+            want = a_value + reference_eval(rest, reference_eval(b_pad, flat(j, b_sizes)))
+            x = [ik + a_sizes[k] * jk for k, (ik, jk) in enumerate(zip(i, j))]
+            y = [jk + b_sizes[k] * ik for k, (ik, jk) in enumerate(zip(i, j))]
+            sizes = [p * q for p, q in zip(a_sizes, b_sizes)]
+            assert reference_eval(blocked, flat(x, sizes)) == want
+            assert reference_eval(raked, flat(y, sizes)) == want
+    if is_compact(a) and nonneg(b):
+        image = set(values(blocked))
+        assert image == set(values(raked)) and max(image) < a.size * b.cosize
+        if is_compact(b):
+            assert sorted(values(blocked)) == list(range(a.size * b.size))
 
 
 @settings(max_examples=60)

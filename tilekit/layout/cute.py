@@ -726,19 +726,25 @@ def zipped_divide(a: Layout | ComposedLayout, tiler: Tiler) -> Layout | Composed
 
 
 def tiled_divide(a: Layout | ComposedLayout, tiler: Tiler) -> Layout | ComposedLayout:
-    """``((TileM,TileN,...), RestM, RestN, ..., L, ...)``."""
+    """``((TileM,TileN,...), RestM, RestN, ..., L, ...)``; a rest of rank 1 stays one mode."""
     if isinstance(a, ComposedLayout):
         return ComposedLayout(a.outer, a.offset, tiled_divide(a.inner, tiler))  # type: ignore
     zipped = zipped_divide(a, tiler)
-    return make_layout(zipped[0], *zipped[1].modes())  # type: ignore[index]
+    return make_layout(zipped[0], *_unpack(zipped[1]))  # type: ignore[index]
 
 
 def flat_divide(a: Layout | ComposedLayout, tiler: Tiler) -> Layout | ComposedLayout:
-    """``(TileM, TileN, ..., RestM, RestN, ..., L, ...)``."""
+    """``(TileM, TileN, ..., RestM, RestN, ..., L, ...)``; a part of rank 1 stays one mode."""
     if isinstance(a, ComposedLayout):
         return ComposedLayout(a.outer, a.offset, flat_divide(a.inner, tiler))  # type: ignore
     zipped = zipped_divide(a, tiler)
-    return make_layout(*zipped[0].modes(), *zipped[1].modes())  # type: ignore[index]
+    return make_layout(*_unpack(zipped[0]), *_unpack(zipped[1]))  # type: ignore[index]
+
+
+def _unpack(part: Layout) -> tuple[Layout, ...]:
+    """The top-level modes of a zipped result's part, as CuTe slices them out with
+    ``repeat<rank>(_)``: a part of rank 1 (``_``) is kept whole, ``(6):(1)`` included."""
+    return part.modes() if part.rank > 1 else (part,)
 
 
 # --------------------------------------------------------------------------------------------
@@ -770,46 +776,69 @@ def zipped_product(a: Layout, tiler: Tiler) -> Layout:
 
 
 def tiled_product(a: Layout, tiler: Tiler) -> Layout:
-    """``((M,N,...), TileM, TileN, ..., L, ...)``."""
+    """``((M,N,...), TileM, TileN, ..., L, ...)``; a rest of rank 1 stays one mode."""
     zipped = zipped_product(a, tiler)
-    return make_layout(zipped[0], *zipped[1].modes())
+    return make_layout(zipped[0], *_unpack(zipped[1]))
 
 
 def flat_product(a: Layout, tiler: Tiler) -> Layout:
-    """``(M, N, ..., TileM, TileN, ..., L, ...)``."""
+    """``(M, N, ..., TileM, TileN, ..., L, ...)``; a part of rank 1 stays one mode."""
     zipped = zipped_product(a, tiler)
-    return make_layout(*zipped[0].modes(), *zipped[1].modes())
+    return make_layout(*_unpack(zipped[0]), *_unpack(zipped[1]))
 
 
-def _pad_rank(layout: Layout, target: int) -> Layout:
-    modes = layout.modes()
-    return make_layout(*modes, *([Layout(1, 0)] * (target - len(modes))))
+def _append_to_rank(layout: Layout, target: int) -> Layout:
+    """CuTe's ``append<R>``: pad with ``1:0`` modes up to rank ``target`` (an int-shaped layout
+    becomes a tuple only when padded)."""
+    if layout.rank == target:
+        return layout
+    return make_layout(*layout.modes(), *([Layout(1, 0)] * (target - layout.rank)))
+
+
+def _zip(first: Layout, second: Layout) -> Layout:
+    """CuTe's ``zip`` of two layouts of rank ``r``: mode ``k`` is ``(first_k, second_k)``.
+
+    At rank 1 an int-shaped ``first`` is paired whole with ``second`` whole (``5:1`` and
+    ``4:5`` give ``((5,4)):((1,5))``), a 1-tuple by its single mode. Where CuTe refuses the
+    ranks (a 1-tuple with an int, or a rank-1 product whose ``B'`` came out with more modes
+    than the int-shaped ``B``) each side that is not a 1-tuple is taken whole.
+    """
+    if first.rank > 1 and second.rank == first.rank:
+        return make_layout(*(make_layout(f, t) for f, t in zip(first.modes(), second.modes())))
+
+    def single(x: Layout) -> Layout:
+        return x[0] if is_tuple(x.shape) and x.rank == 1 else x
+
+    pair = (single(first), single(second) if is_tuple(first.shape) else second)
+    return make_layout(make_layout(*pair))
 
 
 def _rank_sensitive_product(a: Layout, b: Layout | IntTuple, raked: bool) -> Layout:
+    if not isinstance(a, Layout):
+        name = "raked_product" if raked else "blocked_product"
+        raise LayoutError(f"{name}: expected a layout, got {a!r}")
     if not isinstance(b, Layout):
         b = Layout(as_int_tuple(b, "product tiler"))
     r = max(a.rank, b.rank)
-    if r == 1:
-        return coalesce(logical_product(a, b))
-    a_r, b_r = _pad_rank(a, r), _pad_rank(b, r)
-    prod = logical_product(a_r, b_r)
-    block_modes, tile_modes = prod[0].modes(), prod[1].modes()
-    pairs = [
-        make_layout(t, m) if raked else make_layout(m, t)
-        for m, t in zip(block_modes, tile_modes, strict=False)
-    ]
-    return coalesce(make_layout(*pairs), (1,) * r)
+    prod = logical_product(_append_to_rank(a, r), _append_to_rank(b, r))
+    return _zip(prod[1], prod[0]) if raked else _zip(prod[0], prod[1])
 
 
 def blocked_product(a: Layout, b: Layout | IntTuple) -> Layout:
-    """Tile ``A`` as contiguous blocks arranged by ``B``; mode ``k`` is ``(A_k, B_k)`` coalesced.
+    """Tile ``A`` as contiguous blocks arranged by ``B``: mode ``k`` is ``(A_k, B_k)``.
 
-    Rank ``max(rank A, rank B)``; a shape ``B`` means the column-major layout of that shape.
+    ``logical_product`` of ``A`` and ``B``, both padded with ``1:0`` modes to rank ``max(rank
+    A, rank B)``, its like modes zipped: rank ``max(rank A, rank B)``, so ``blocked_product(
+    8:1, 2:4)`` is the rank-1 ``((8,2)):((1,32))``. A shape ``B`` means the column-major
+    layout of that shape. Nothing is coalesced (CuTe coalesced each mode up to CUTLASS 3.7;
+    its documentation still says so, its code has not since 3.8).
     """
     return _rank_sensitive_product(a, b, raked=False)
 
 
 def raked_product(a: Layout, b: Layout | IntTuple) -> Layout:
-    """Interleave copies of ``A`` by ``B`` (a cyclic distribution); mode ``k`` is ``(B_k, A_k)``."""
+    """Interleave copies of ``A`` by ``B`` (a cyclic distribution): mode ``k`` is
+    ``(B_k, A_k)``, else as :func:`blocked_product`. ``raked_product(5:1, 4:1)`` is
+    ``((4,5)):((5,1))``: index ``4*i + j`` holds element ``i`` of copy ``j`` (offset ``5*j +
+    i``), where ``blocked_product`` has it at index ``5*j + i``."""
     return _rank_sensitive_product(a, b, raked=True)
