@@ -274,9 +274,9 @@ def shared_divisor_cases(seed: int = 0, n: int = 512) -> tuple[np.ndarray, np.nd
 # Divisors ``y = Y * 2^b`` (``Y`` odd, ``b >= 1``) whose float64 reciprocal ``RN(1/y)`` is off
 # by 0.72 to 0.97 of its half ulp (relative 2^-53), either way. A quotient ``x / y == t`` that
 # is a tie between two float32 subnormals then has ``x * RN(1/y)`` one float64 step from
-# ``t``, for about half of the ties on the side that rounds to the odd neighbour (found by
-# brute force over the odd ``Y < 2^13``). Divisors like 3, 7, 4097 or 0.1 never do this: their
-# reciprocals round closer, and ``x * RN(1/y)`` is ``t`` itself.
+# ``t``, for a quarter to a half of the ties on the side that rounds to the odd neighbour
+# (found by brute force over the odd ``Y < 2^13``). Divisors like 3, 7, 4097 or 0.1 never do
+# this: their reciprocals round closer, and ``x * RN(1/y)`` is ``t`` itself.
 TIE_DIVISORS = (123 * 2.0, -503 * 2.0**7, 1997 * 2.0**30, -3987 * 2.0**60, 8067 * 2.0**100,
                 49 * 2.0**120)
 
