@@ -41,9 +41,12 @@ ASSERT_LINE = next(i for i, text in enumerate(inspect.getsourcelines(check_posit
 
 
 def fake_compile(module: Module, arch: str,
-                 divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
+                 divisible: frozenset[tuple[str, int, int]] = frozenset(),
+                 check: bool = False) -> CompiledKernel:
     """What code generation would return for ``add`` (BLOCK=128) or ``check_positive``
-    (for any size facts: the hand-written PTX checks every bound)."""
+    (for any size facts: the hand-written PTX checks every bound), with ``gpu._codegen``'s
+    signature. ``check`` (``TILEKIT_CHECK``) is ignored: the PTX is never a checked kernel
+    (``CompiledKernel.checked`` stays False), so check mode launches it as it is."""
     fn = module.kernel
     if fn.name == "check_positive":
         return assert_positive_kernel(fn.loc.file, ASSERT_LINE, arch)

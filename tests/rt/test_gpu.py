@@ -247,7 +247,8 @@ def test_grid_beyond_the_device_is_refused(spy) -> None:  # type: ignore[no-unty
 
 def test_too_much_shared_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu, "_codegen",
-                        lambda m, arch, divisible: vector_add_kernel(arch, shared_bytes=10**7))
+                        lambda m, arch, divisible, check=False:
+                        vector_add_kernel(arch, shared_bytes=10**7))
     x = np.zeros(10, np.float32)
     with pytest.raises(LaunchError, match="needs 10000000 bytes of shared memory"):
         run_add(x, x, x, 10)

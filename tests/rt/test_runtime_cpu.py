@@ -283,6 +283,24 @@ def test_dump_ptx_and_llvm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         assert ".visible .entry vector_add" in capsys.readouterr().err
 
 
+def test_regression_the_gpu_tests_code_generators_take_the_check_argument(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The GPU tests replace ``gpu._codegen`` with hand-written PTX (``fake_compile``,
+    ``tma_copy_kernel``); check mode gave it a fourth argument, ``check``, and the fakes
+    broke 26 GPU tests, where nothing offline saw it. They are called here as the runtime
+    calls them, in check mode: still their (unchecked) kernels."""
+    from .test_tensor_maps import tma_copy_kernel
+
+    x = np.zeros(8, np.float32)
+    module = add.trace(x, x, x, 8, BLOCK=128)
+    spec = next(s for s, m in add._cache.items() if m is module)
+    for fake, name in [(fake_compile, "vector_add"), (tma_copy_kernel, "tma_copy")]:
+        monkeypatch.setattr(gpu, "_codegen", fake)
+        with knobs.override(cache_dir=str(tmp_path / name)):
+            entry = gpu.compile_cached(module, spec, "sm_90a", check=True)
+        assert entry.kernel.name == name and not entry.kernel.checked
+
+
 # --- structure ----------------------------------------------------------------------------
 
 

@@ -482,7 +482,9 @@ DONE:
 
 
 def tma_copy_kernel(module: Any = None, arch: str = "sm_90a",
-                    divisible: frozenset[tuple[str, int, int]] = frozenset()) -> CompiledKernel:
+                    divisible: frozenset[tuple[str, int, int]] = frozenset(),
+                    check: bool = False) -> CompiledKernel:
+    """``gpu._codegen`` for ``tma_copy``: the hand-written PTX (never a checked kernel)."""
     def tensor(name: str) -> tuple[ParamSlot, ...]:
         return (ParamSlot(SlotKind.POINTER, name, "uint64"),
                 *[ParamSlot(SlotKind.SIZE, name, "int32", a) for a in range(2)],
