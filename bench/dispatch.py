@@ -160,11 +160,13 @@ def main() -> int:
             Launch(add_one, grid)(x, y, N, BLOCK=BLOCK)
 
     # raw: tilekit's cubin loaded again as its own module, its arguments packed once
-    (spec, device, divisible), loaded = next(iter(add_one._loaded.items()))
-    entry = gpu.compile_cached(add_one.specialize(spec), spec, loaded.props.arch,
-                               divisible=divisible)
+    variant, loaded = next(iter(add_one._loaded.items()))
+    entry = gpu.compile_cached(add_one.specialize(variant.spec), variant.spec,
+                               loaded.props.arch, divisible=variant.divisible,
+                               check=variant.checked)
     image = entry.image or entry.kernel.binary
-    function = driver.load_function(image, entry.kernel.name, device, entry.kernel.shared_bytes)
+    function = driver.load_function(image, entry.kernel.name, variant.device,
+                                    entry.kernel.shared_bytes)
     raw = gpu.LoadedKernel.build(entry.kernel, function, loaded.props, loaded.status_ptr)
     ctypes.memmove(raw.buffer, loaded.buffer, len(loaded.buffer))  # the same arguments
     stream = int(torch.cuda.current_stream().cuda_stream)
