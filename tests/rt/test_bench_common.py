@@ -51,3 +51,21 @@ def test_benches_say_why_without_a_gpu(bench: str) -> None:
                          text=True, timeout=120, cwd=ROOT)
     assert out.returncode != 0
     assert "needs" in out.stderr and ("torch" in out.stderr or "GPU" in out.stderr)
+
+
+def test_regression_check_costs_stride_2_case_stays_in_bounds() -> None:
+    """bench/check_cost.py's stride-2 case on the interpreter (the definition check mode
+    holds the GPU to): its kernel read a stride-2 view at flat offsets, element 1 in the
+    gap after element 0, and the checked GPU run stopped it with a MemoryAccessError."""
+    import numpy as np
+
+    import tilekit as tk
+    from bench.check_cost import add_strided
+    from tilekit import knobs
+
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(2 * 1003).astype(np.float32) for _ in range(2))
+    z = np.full(2 * 1003, np.nan, np.float32)
+    with knobs.override(interpret=True):
+        add_strided[tk.cdiv(1003, 128)](x[::2], y[1::2], z[::2], 1003, BLOCK=128)
+    assert np.array_equal(z[::2], x[::2] + y[1::2]) and np.isnan(z[1::2]).all()
