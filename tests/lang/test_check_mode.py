@@ -63,9 +63,21 @@ def _line(kernel: Any, marker: str) -> int:
     return first + next(i for i, text in enumerate(lines) if marker in text)
 
 
+def host_view(t: Any) -> np.ndarray:
+    """A host copy of torch tensor ``t`` with its strides: a view into a copy of the memory
+    it spans (``t.cpu()`` of a view with gaps is contiguous, and the same offsets mean
+    other elements there)."""
+    if t.numel() == 0:
+        return t.cpu().numpy().copy()
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    flat = t.as_strided((span,), (1,)).cpu().numpy().copy()
+    return np.lib.stride_tricks.as_strided(flat, tuple(t.shape),
+                                           tuple(s * flat.itemsize for s in t.stride()))
+
+
 def interpreter_error(kernel: Any, grid: Any, *args: Any, **constexprs: Any) -> Any:
-    """The interpreter's error for the same launch on host copies."""
-    host = [a.cpu().numpy().copy() if hasattr(a, "cpu") else a for a in args]
+    """The interpreter's error for the same launch on host copies of the same views."""
+    host = [host_view(a) if hasattr(a, "cpu") else a for a in args]
     with knobs.override(interpret=True, check=False), \
             pytest.raises(MemoryAccessError) as err:
         kernel[grid](*host, **constexprs)
@@ -83,10 +95,10 @@ def store_block(X, BLOCK: tk.constexpr):
 
 def test_a_store_one_program_past_the_end_raises_and_writes_nothing():
     torch = torch_cuda()
-    n, block = 1000, 128  # 8 programs cover 1024 > 1000: the 9th is the repro's extra one
+    n, block, lead = 1000, 128, 37  # 8 programs cover 1024 > 1000; the 9th is past them all
     grid = (n + block - 1) // block + 1
-    base = torch.full((n + 2 * block,), -1.0, device="cuda")
-    x = base[:n]
+    base = torch.full((lead + n + 2 * block,), -1.0, device="cuda")
+    x = base[lead:lead + n]  # a view at an offset into a larger buffer
     with pytest.raises(MemoryAccessError) as err:
         store_block[grid](x, BLOCK=block)
     expected = interpreter_error(store_block, grid, x, BLOCK=block)
@@ -95,17 +107,18 @@ def test_a_store_one_program_past_the_end_raises_and_writes_nothing():
         "shape (1000,) (at position (104,) of the tile)" in str(err.value)
     assert err.value.loc.line == _line(store_block, "the store")
     torch.cuda.synchronize()
-    assert bool((base == -1.0).all()), "the array and the bytes past it are untouched"
+    assert bool((base == -1.0).all()), "the array and the bytes around it are untouched"
     # the same launch without check mode writes past the end (what the check prevents)
     with knobs.override(check=False):
         store_block[grid](x, BLOCK=block)
     torch.cuda.synchronize()
-    assert bool((base[n:n + block] != -1.0).any())
-    # and a right grid in check mode runs, after the fault
+    assert bool((base[lead + n:lead + n + block] != -1.0).any())
+    # and a grid that covers exactly the view runs in check mode, after the fault (no
+    # grid of 128-element blocks does: 1000 is not a multiple of 128)
     base.fill_(-1.0)
-    store_block[grid - 2](x, BLOCK=block)
+    store_block[n // 8](x, BLOCK=8)
     assert bool((x == torch.arange(n, device="cuda", dtype=torch.float32)).all())
-    assert bool((base[n:] == -1.0).all())
+    assert bool((base[:lead] == -1.0).all()) and bool((base[lead + n:] == -1.0).all())
 
 
 def test_host_arrays_are_left_as_they_were():

@@ -334,6 +334,45 @@ def test_a_failed_checked_launch_leaves_the_buffer_as_it_was(device: Device):
     store_block._loaded.clear()
 
 
+def test_a_view_at_an_offset_into_a_larger_buffer_is_left_as_it_was(device: Device):
+    """The GPU test's case: ``x = base[lead:lead + n]``, a view at a nonzero offset into a
+    larger allocation, guard elements before and after it. The kernel gets a copy of the
+    view's own span (its first element at the copy's start, at the view's address modulo
+    the scratch alignment); a failed launch leaves every byte of the buffer as it was, and
+    a right grid after it writes exactly the view's elements."""
+    n, lead, tail = 1000, 37, 64
+    base = device.place(np.full(lead + n + tail, -1.0, np.float32))
+    x = FakeTensor((n,), ptr=base + 4 * lead)
+    got: list[int] = []
+
+    def run(block: int, fault_from: int | None = None) -> Kernel:
+        inner = store_kernel(block, fault_from)
+
+        def kernel(dev: Device, slots: dict[str, int], grid: int) -> None:
+            got.append(slots["pointer:X:-1"])
+            inner(dev, slots, grid)
+        return kernel
+
+    device.kernel, device.kernel_object = run(32), store_block  # type: ignore
+    store_block._loaded.clear()
+    with knobs.override(check=True), pytest.raises(MemoryAccessError) as err:
+        store_block[33](x, BLOCK=32)  # 32 programs cover 1024 > 1000; one more past them
+    assert "`store` out of bounds in program (31, 0, 0): element offset 1000 (index " \
+        "(1000,)) is outside `X` of shape (1000,) (at position (8,) of the tile)" \
+        in str(err.value)
+    assert got[-1] != x.data_ptr() and got[-1] % check_mode.SCRATCH_ALIGN == \
+        x.data_ptr() % check_mode.SCRATCH_ALIGN
+    assert not base <= got[-1] < base + 4 * (lead + n + tail), "not into the caller's buffer"
+    assert np.all(device.read(base, np.float32, lead + n + tail) == -1.0)
+    device.kernel = run(8)  # type: ignore[attr-defined]
+    with knobs.override(check=True):
+        store_block[n // 8](x, BLOCK=8)  # exactly the view
+    out = device.read(base, np.float32, lead + n + tail)
+    assert np.array_equal(out[lead:lead + n], np.arange(n, dtype=np.float32))
+    assert np.all(out[:lead] == -1.0) and np.all(out[lead + n:] == -1.0)
+    store_block._loaded.clear()
+
+
 def test_a_checked_launch_copies_back_only_the_views_elements(device: Device):
     """A kernel that scribbles over every byte its copy spans (as no correct kernel does:
     the check stops it) still changes only the view's elements, not the gaps between rows."""
