@@ -32,10 +32,8 @@ import sys
 import types
 from typing import Any
 
-# Modules whose attributes are fixed for a given install (tilekit's own are covered by
-# its version): named by module name only.
-_LIBRARIES = frozenset({"tilekit", "numpy", "math", "cmath", "operator", "functools",
-                        "itertools", "builtins", "typing", "ml_dtypes", "torch", "cupy"})
+from tilekit.lang.dependencies import FIXED_MODULES
+
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MAX_DEPTH = 16
 
@@ -46,15 +44,18 @@ class _NoFingerprint(Exception):
 
 def source_hash(kern: Any) -> str | None:
     """The kernel's fingerprint (hex sha256), or None when it has none; computed once per
-    kernel object."""
-    found = getattr(kern, "_source_hash", False)
-    if found is False:
+    kernel object and values of the globals it reads (``KernelFunction.globals_key``, as
+    of the launch's ``check_globals``): a global changed in this process is a new
+    fingerprint, as it is a new trace."""
+    values = getattr(kern, "globals_key", ())
+    found = getattr(kern, "_source_hash", None)
+    if found is None or found[0] != values:
         try:
-            found = _compute(kern)
+            digest = _compute(kern)
         except _NoFingerprint:
-            found = None
-        kern._source_hash = found
-    return found
+            digest = None
+        found = kern._source_hash = (values, digest)
+    return found[1]
 
 
 def _compute(kern: Any) -> str:
@@ -127,7 +128,7 @@ def _names(code: types.CodeType) -> set[str]:
 def _global(value: Any, names: set[str], seen: set[int], depth: int) -> str:
     if isinstance(value, types.ModuleType):
         top = value.__name__.partition(".")[0]
-        if top in _LIBRARIES or top in sys.stdlib_module_names:
+        if top in FIXED_MODULES or top in sys.stdlib_module_names:
             return f"module {value.__name__}"
         # A user module: the attributes the code may read from it.
         attrs = [f"{n}={_value(getattr(value, n), seen, depth + 1)}" for n in sorted(names)
@@ -162,6 +163,6 @@ def _value(value: Any, seen: set[int], depth: int) -> str:
             return f"kernel {_function(fn, seen, depth + 1)}"
         if isinstance(value, type) or callable(value):  # tilekit's own API (tk.constexpr, ...)
             return f"tilekit {module}.{getattr(value, '__qualname__', type(value).__name__)}"
-    if isinstance(value, type) and (value.__module__ or "").partition(".")[0] in _LIBRARIES:
+    if isinstance(value, type) and (value.__module__ or "").partition(".")[0] in FIXED_MODULES:
         return f"class {value.__module__}.{value.__qualname__}"
     raise _NoFingerprint

@@ -5,7 +5,9 @@ The decorator reads the function's signature once. Parameters annotated
 ``tk.Tensor`` parameters are arrays; others are arrays or runtime scalars,
 decided by the value passed. Each distinct ``Specialization`` (constexpr
 values, tensor dtypes/ranks/index widths, scalar dtypes) is traced once and
-cached.
+cached. The globals the kernel and its helpers read (``dependencies``) are part of the
+specialization too: ``check_globals``, run by every launch that is not a fast-path hit,
+empties the caches when one of them changed, so the next trace reads the new values.
 
 This module is the front end only: it binds arguments, and traces and optimizes
 a specialization. It imports nothing from ``tilekit.rt``, and imports the IR and the
@@ -33,6 +35,7 @@ from tilekit.record import Record
 if TYPE_CHECKING:
     from tilekit.ir.core import Module
     from tilekit.ir.passes import PassManager
+    from tilekit.lang.dependencies import Guard, Snapshot
 
 
 def default_passes() -> PassManager:
@@ -172,6 +175,8 @@ class KernelFunction:
         self.params: tuple[Param, ...] = tuple(self._params())
         self._passes = passes  # default_passes() when first traced
         self._cache: dict[Specialization, Module] = {}
+        # What the traces in _cache read besides the arguments (check_globals)
+        self._globals: Snapshot | None = None
 
     @property
     def passes(self) -> PassManager:
@@ -226,10 +231,49 @@ class KernelFunction:
                    "@tk.kernel) and call it from both kernels: a plain function is traced "
                    "inline, with the caller's tiles and tensors"])
 
+    # --- the globals it reads ----------------------------------------------------------------
+
+    def check_globals(self) -> None:
+        """Make the caches agree with the globals, closure variables, module attributes and
+        helpers the kernel reads now (``tilekit.lang.dependencies``). Each is compared by
+        identity with what the last check saw; when one differs, a new snapshot decides:
+        other values empty every cache (the next launch traces again), equal values (an
+        equal number rebound, say) only the guards built on the old objects. A list or
+        other value that can change in place is a ``TraceError``."""
+        current = self._globals
+        if current is not None and current.holds():
+            return
+        from tilekit.lang.dependencies import snapshot
+
+        fresh = snapshot(self.fn, self.name)
+        self._globals = fresh
+        if current is not None:
+            self._globals_changed(values=fresh.key != current.key)
+
+    def _globals_changed(self, values: bool) -> None:
+        """What was built from the old globals goes: the traces when their values differ
+        (the runtime's subclass drops its loaded kernels and fast path too)."""
+        if values:
+            self._cache.clear()
+
+    @property
+    def globals_key(self) -> tuple[Any, ...]:
+        """The values of what the kernel reads (``dependencies.Snapshot.key``) at the last
+        ``check_globals``: equal keys, equal traces."""
+        return self._globals.key if self._globals is not None else ()
+
+    @property
+    def globals_guards(self) -> tuple[Guard, ...]:
+        """``(namespace, name, object)`` per global read, checked by identity on the
+        launch fast path (``dependencies.Snapshot.guards``)."""
+        return self._globals.guards if self._globals is not None else ()
+
     # --- specialization --------------------------------------------------------------------
 
     def specialize(self, spec: Specialization) -> Module:
-        """Trace (once per specialization) and run the pass pipeline."""
+        """Trace (once per specialization and values of the globals read) and run the pass
+        pipeline."""
+        self.check_globals()
         module = self._cache.get(spec)
         if module is None:
             from tilekit.ir.passes import dump, should_dump

@@ -5,7 +5,8 @@
  * generated ``_tk_call`` when the profile is one it serves. Per call it does what
  * ``_tk_call`` does, in the same order and with the same Python objects:
  *
- *   bind the arguments -> check their types -> read the tensors (data_ptr(), shape,
+ *   bind the arguments -> check the globals the trace read (identity) -> check their
+ *   types -> read the tensors (data_ptr(), shape,
  *   stride(), dtype, get_device()) -> build the same key tuple -> look it up in the
  *   Dispatcher's own table -> resolve the grid -> find the stream -> write the launch
  *   configuration and the argument slots into the entry's buffer, as its
@@ -270,6 +271,9 @@ typedef struct {
     PyObject *table, *row_masks, *overrides;
     PyObject *python_call, *fallback, *current_stream, *stream_handle, *grid3, *bf16,
         *check_status, *unset, *launch_obj;
+    /* The kernel's globals_guards: (a dict, a str, the object it holds) or (a cell, None,
+     * the object it holds), checked by identity before anything else is read. */
+    PyObject *guards;
     launch_ex_t launch;
     /* The last key found and its entry, kept while the table keeps its size: a call whose
      * key items are the same objects skips hashing and lookup. The table only grows
@@ -364,6 +368,26 @@ static int fast_path_off(Launcher *self) {
         int t = PyObject_IsTrue(v);
         if (t < 0) return soft_error(DECLINE);
         if (t) return DECLINE;
+    }
+    return OK;
+}
+
+/* Each global the kernel's trace read still holds the same object: a dict lookup (the
+ * name's hash is cached) or a cell read per guard, compared by identity. A change
+ * declines: the generated call misses on it too, and the slow path traces again. */
+static int guards_hold(Launcher *self) {
+    Py_ssize_t n = PyTuple_GET_SIZE(self->guards);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *g = PyTuple_GET_ITEM(self->guards, i);
+        PyObject *where = PyTuple_GET_ITEM(g, 0), *name = PyTuple_GET_ITEM(g, 1);
+        PyObject *now;
+        if (name == Py_None) {
+            now = PyCell_GET(where);
+        } else {
+            now = PyDict_GetItemWithError(where, name);
+            if (now == NULL && PyErr_Occurred()) return soft_error(DECLINE);
+        }
+        if (now != PyTuple_GET_ITEM(g, 2)) return DECLINE;
     }
     return OK;
 }
@@ -710,6 +734,7 @@ static PyObject *Launcher_vectorcall(PyObject *op, PyObject *const *args, size_t
     PyObject *entry_tuple = NULL;
     int rc = nargs >= 1 ? bind(self, args + 1, nargs - 1, kwnames, &c) : DECLINE;
     if (rc == OK) rc = fast_path_off(self);
+    if (rc == OK) rc = guards_hold(self);
     if (rc == OK) rc = compute_key(self, &c);
     if (rc == OK) rc = lookup(self, &c, &entry_tuple);
     if (rc == OK) rc = launch_entry(self, &c, args[0], entry_tuple);
@@ -807,6 +832,7 @@ static int Launcher_traverse(Launcher *self, visitproc visit, void *arg) {
     Py_VISIT(self->check_status);
     Py_VISIT(self->unset);
     Py_VISIT(self->launch_obj);
+    Py_VISIT(self->guards);
     Py_VISIT(self->memo_key);
     Py_VISIT(self->memo_entry);
     return 0;
@@ -828,6 +854,7 @@ static int Launcher_clear(Launcher *self) {
     Py_CLEAR(self->check_status);
     Py_CLEAR(self->unset);
     Py_CLEAR(self->launch_obj);
+    Py_CLEAR(self->guards);
     Py_CLEAR(self->memo_key);
     Py_CLEAR(self->memo_entry);
     self->launch = NULL;
@@ -846,10 +873,10 @@ static int Launcher_init(Launcher *self, PyObject *args, PyObject *kwds) {
                              "npositional", "stream_option", "facts", "table", "row_masks",
                              "overrides", "python_call", "fallback", "current_stream",
                              "stream_handle", "grid3", "bf16", "check_status", "unset",
-                             "launch", "launch_address", NULL};
+                             "launch", "launch_address", "guards", NULL};
     PyObject *names, *types, *ranks, *defaults, *facts, *table, *row_masks, *overrides,
         *python_call, *fallback, *current_stream, *stream_handle, *grid3, *bf16,
-        *check_status, *unset, *launch_obj, *address;
+        *check_status, *unset, *launch_obj, *address, *guards = NULL;
     const char *kinds;
     Py_ssize_t nkinds;
     int nposonly, npositional, stream_option;
@@ -858,13 +885,28 @@ static int Launcher_init(Launcher *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "O!s#O!O!O!iipO!O!O!O!OOOOOOOOOO:Launcher", kwlist, &PyTuple_Type,
+            args, kwds, "O!s#O!O!O!iipO!O!O!O!OOOOOOOOOO|O!:Launcher", kwlist, &PyTuple_Type,
             &names, &kinds, &nkinds, &PyTuple_Type, &types, &PyTuple_Type, &ranks,
             &PyTuple_Type, &defaults, &nposonly, &npositional, &stream_option, &PyTuple_Type,
             &facts, &PyDict_Type, &table, &PyDict_Type, &row_masks, &PyDict_Type, &overrides,
             &python_call, &fallback, &current_stream, &stream_handle, &grid3, &bf16,
-            &check_status, &unset, &launch_obj, &address)) {
+            &check_status, &unset, &launch_obj, &address, &PyTuple_Type, &guards)) {
         return -1;
+    }
+    for (Py_ssize_t i = 0; guards != NULL && i < PyTuple_GET_SIZE(guards); i++) {
+        PyObject *g = PyTuple_GET_ITEM(guards, i);
+        int ok = PyTuple_CheckExact(g) && PyTuple_GET_SIZE(g) == 3;
+        if (ok && PyTuple_GET_ITEM(g, 1) == Py_None) {
+            ok = PyCell_Check(PyTuple_GET_ITEM(g, 0));
+        } else if (ok) {
+            ok = PyDict_Check(PyTuple_GET_ITEM(g, 0)) &&
+                 PyUnicode_CheckExact(PyTuple_GET_ITEM(g, 1));
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a guard is (dict, str, object) or (cell, None, object)");
+            return -1;
+        }
     }
     Py_ssize_t n = PyTuple_GET_SIZE(names);
     if (n > MAX_PARAMS || nkinds != n || PyTuple_GET_SIZE(types) != n ||
@@ -961,6 +1003,12 @@ static int Launcher_init(Launcher *self, PyObject *args, PyObject *kwds) {
     KEEP(unset);
     KEEP(launch_obj);
 #undef KEEP
+    if (guards != NULL) {
+        Py_INCREF(guards);
+        self->guards = guards;
+    } else if ((self->guards = PyTuple_New(0)) == NULL) {
+        return -1;
+    }
     self->vectorcall = Launcher_vectorcall;
     return 0;
 }

@@ -17,7 +17,12 @@ costs ~100 us. After a successful CUDA launch whose arrays are all torch CUDA te
   can use holds (``cover``). Every fact a loaded kernel's variant depends on is in the key
   or re-checked by packing (a 32-bit slot refuses a value past 2^31);
   ``test_fastpath_covers_the_specialization`` checks that a new ``TensorSpec`` or
-  ``gpu.Variant`` field is added here.
+  ``gpu.Variant`` field is added here. Before the key, it checks the kernel's
+  ``globals_guards`` (``tilekit.lang.dependencies``): each global, closure variable or
+  module attribute the trace read still holds the object it held, by identity (a dict
+  lookup or a cell read each; a typical kernel has none). A changed one misses, and the
+  slow path's ``check_globals`` drops the traces, loaded kernels and dispatchers built
+  on the old values.
 * per key, an **entry** (``make_entry``), built once per variant: its own buffer holding
   ``cuLaunchKernelEx``'s launch configuration (grid, block, shared bytes, stream) followed
   by the kernel's argument slots, the ``void*[]`` of ``kernelParams`` pointing into it,
@@ -93,6 +98,7 @@ from tilekit.record import Record
 from tilekit.rt.driver import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
 
 if TYPE_CHECKING:  # tensor_maps: imported when an entry has maps (TMA), not by every launch
+    from tilekit.lang.dependencies import Guard
     from tilekit.rt.tensor_maps import MapSpec
 
     # (the map's spec, the index of its tensor's pointer among the packed values, its rank)
@@ -363,11 +369,14 @@ def _signature(kern: Any, profile: Profile) -> str:
                       "**_tk_kw"])
 
 
-def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str) -> str:
+def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str,
+            guards: Sequence[Guard] = ()) -> str:
     """Python source of one of the dispatcher's functions: ``_tk_call`` (what
     ``kern[grid](...)`` runs: a miss runs ``_tk_fallback``), ``_tk_try`` (the same, but a
     miss returns MISS) or ``_tk_key`` (the key of a call, or None). Everything up to the
-    launch is in one ``try``: any surprise is a miss, before anything is queued."""
+    launch is in one ``try``: any surprise is a miss, before anything is queued. The
+    ``guards`` (the kernel's ``globals_guards``) are checked first, by identity, against
+    the env's ``_tk_gw<i>`` (a dict or a cell) and ``_tk_gv<i>`` (the object)."""
     plans = profile.args
     names = [p.name for p in plans]
     tensors = [p for p in plans if p.kind == TENSOR]
@@ -377,6 +386,10 @@ def _source(kern: Any, profile: Profile, facts: Sequence[SizeFact], mode: str) -
     if mode != KEY:
         off = " or ".join(f"_tk_overrides.get({k!r})" for k in FAST_PATH_OFF)
         checks += ["_tk_more", "_tk_kw", f"_tk_overrides and ({off})"]
+        # the globals the trace read still hold the same objects (a missing one raises)
+        checks += [f"_tk_gw{i}.cell_contents is not _tk_gv{i}" if name is None else
+                   f"_tk_gw{i}[{name!r}] is not _tk_gv{i}"
+                   for i, (_, name, _) in enumerate(guards)]
     b(f"if {' or '.join(checks)}:")
     b("    raise _tk_Miss")
     key: list[str] = []
@@ -544,6 +557,12 @@ class Dispatcher:
                 self.env[f"_tk_default_{name}"] = param.default
         for plan in profile.args:
             self.env[f"_tk_type_{plan.name}"] = plan.type
+        # What the kernel's trace read besides its arguments, as (namespace, name, object):
+        # a hit checks each by identity; a change misses, and the slow path retraces.
+        self.guards: tuple[Guard, ...] = tuple(getattr(kern, "globals_guards", ()))
+        for i, (where, _, value) in enumerate(self.guards):
+            self.env[f"_tk_gw{i}"] = where
+            self.env[f"_tk_gv{i}"] = value
         self._params = [(p.name, p.kind) for p in kern.signature.parameters.values()]
         self._native_ok = True  # False once an entry needs the Python pack (tensor maps)
         self._generate()
@@ -566,7 +585,8 @@ class Dispatcher:
 
     def _compile(self, modes: tuple[str, ...]) -> None:
         kern, env = self.kern, self.env
-        sources = {mode: _source(kern, self.profile, self.facts, mode) for mode in modes}
+        sources = {mode: _source(kern, self.profile, self.facts, mode, self.guards)
+                   for mode in modes}
         exec(compile("\n".join(sources.values()), f"<tilekit fast path {kern.name}>", "exec"),
              env)
         for mode in modes:
@@ -625,7 +645,7 @@ class Dispatcher:
                 current_stream=self.env["_tk_current_stream"],
                 stream_handle=self.env["_tk_stream_handle"], grid3=_grid3, bf16=_bf16_bits,
                 check_status=self.env["_tk_check_status"], unset=_UNSET, launch=launch,
-                launch_address=address)
+                launch_address=address, guards=self.guards)
         except (ValueError, TypeError, OverflowError):  # beyond its limits (64 parameters...)
             return None
 

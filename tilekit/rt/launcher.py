@@ -172,6 +172,15 @@ class JITKernel(KernelFunction):
         self._loaded = LoadedKernels(self)
         self._stream_is_param = any(p.name == "stream" for p in self.params)
 
+    def _globals_changed(self, values: bool) -> None:
+        """Other values: the loaded kernels go with the traces. Equal values held by other
+        objects: the fast path's guards name the old objects, so its dispatchers go."""
+        super()._globals_changed(values)
+        if values:
+            self._loaded.clear()
+        else:
+            self._loaded.forget_fast()
+
     def __getitem__(self, grid: Any) -> Callable[..., None]:
         call = self._fast_call
         if call is None:
@@ -234,10 +243,15 @@ class LoadedKernels(dict):  # type: ignore[type-arg]
         """Back to the slow path for every launch (the entries stay)."""
         self.kernel._fast_call = None
 
-    def clear(self) -> None:
-        super().clear()
+    def forget_fast(self) -> None:
+        """Drop the dispatchers (the loaded kernels stay): the next launch of each
+        profile takes the slow path, which generates a new one."""
         self.fast.clear()
         self.kernel._fast_call = None
+
+    def clear(self) -> None:
+        super().clear()
+        self.forget_fast()
 
 
 class Launch:
@@ -277,6 +291,7 @@ class Launch:
     def _launch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         loc = user_loc()
         kern = self.kernel
+        kern.check_globals()  # before any cache is asked (a portfolio's too)
         stream = None
         if "stream" in kwargs and not getattr(kern, "_stream_is_param", False):
             stream = kwargs.pop("stream")

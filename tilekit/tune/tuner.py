@@ -190,8 +190,11 @@ class Autotuner:
         return out
 
     def _memory_key(self, arguments: Mapping[str, Any], arch: str) -> tuple[Any, ...]:
-        """The tuning key, cheap to compute on every call (hashable, not JSON)."""
-        parts: list[Any] = [arch]
+        """The tuning key, cheap to compute on every call (hashable, not JSON), with the
+        values of the globals the kernel reads: a changed one is another kernel, tuned
+        again (the record on disk is keyed by its IR)."""
+        self.kernel.check_globals()
+        parts: list[Any] = [arch, self.kernel.globals_key]
         for name in self.key:
             value = arguments[name]
             if is_array(value):
