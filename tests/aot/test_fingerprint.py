@@ -104,6 +104,23 @@ def test_the_fingerprint_is_computed_once_per_kernel(tmp_path: Path) -> None:
     assert fingerprint.source_hash(kern) == first  # cached on the kernel
 
 
+def test_a_global_changed_in_this_process_is_a_new_fingerprint(tmp_path: Path) -> None:
+    """The fingerprint is kept per values of the globals the kernel reads (as of its last
+    ``check_globals``, which every launch makes): a portfolio built with the old value is
+    not looked up untraced for the new one."""
+    kern = kernel_from(tmp_path, "changed", prelude="K = 2.0", body="tk.load(X, offs, m) * K")
+    kern.check_globals()  # type: ignore[attr-defined]
+    first = fingerprint.source_hash(kern)
+    kern.fn.__globals__["K"] = 3.0  # type: ignore[attr-defined]
+    assert fingerprint.source_hash(kern) == first  # not checked since: as before
+    kern.check_globals()  # type: ignore[attr-defined]
+    second = fingerprint.source_hash(kern)
+    assert second not in (None, first)
+    kern.fn.__globals__["K"] = 2.0  # type: ignore[attr-defined]
+    kern.check_globals()  # type: ignore[attr-defined]
+    assert fingerprint.source_hash(kern) == first
+
+
 def test_the_portfolio_carries_the_fingerprint(built: Built) -> None:
     from examples.softmax import softmax
 

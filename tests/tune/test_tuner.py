@@ -147,6 +147,30 @@ def test_another_key_value_is_a_new_tuning(cache: Path) -> None:
     assert len(records(cache)) == 2
 
 
+OFFSET = 1.0
+
+
+def test_a_changed_global_is_a_new_tuning(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The globals a kernel reads are part of its tuning key: once one changed, the
+    kernel is another (another IR), tuned again rather than given the old choice."""
+
+    @autotune(configs=CONFIGS, key=["n"], timer=TIMER, warmup=1, rep=3)
+    @tk.kernel
+    def shifted(X: tk.Tensor, Out: tk.Tensor, n, BLOCK: tk.constexpr):
+        offs = tk.program_id(0) * BLOCK + tk.arange(BLOCK)
+        tk.store(Out, offs, tk.load(X, offs, mask=offs < n) + OFFSET, mask=offs < n)
+
+    TIMER.script = {"BLOCK=16": 3.0, "BLOCK=32": 1.0, "BLOCK=64": 2.0}
+    x, _, out = launch(n=77, tuned=shifted)
+    np.testing.assert_array_equal(out, x + np.float32(1))
+    monkeypatch.setattr(sys.modules[__name__], "OFFSET", 2.0)
+    TIMER.script = {"BLOCK=16": 1.0, "BLOCK=32": 3.0, "BLOCK=64": 2.0}
+    x, _, out = launch(n=77, tuned=shifted, seed=1)
+    np.testing.assert_array_equal(out, x + np.float32(2))
+    assert stats()["tunings"] == 2 and stats()["disk_hits"] == 0
+    assert chosen(shifted) == [{"BLOCK": 32}, {"BLOCK": 16}]
+
+
 def test_a_dimension_outside_the_key_is_the_same_tuning(cache: Path) -> None:
     tuned = autotune(configs=CONFIGS, key=[], timer=ScriptedTimer())(accumulate.kernel)
     launch(n=100, tuned=tuned)

@@ -15,7 +15,7 @@ globals and callees of a kernel. This module finds them and checks them cheaply:
   locals are not. The bytecode, not the source, because it is what runs: it needs no
   source file (a lambda, an ``exec``'d kernel, a file edited since it was imported),
   and no scope analysis of our own.
-* ``snapshot(fn, kernel)``: the values those reads resolve to now, from the kernel down
+* ``snapshot(fn)``: the values those reads resolve to now, from the kernel down
   through every plain Python helper it names (a function's own reads are followed,
   once each). Each read gives a *guard*, ``(namespace, name, object)``: the namespace is
   a dict (a function's ``__globals__``, a module's ``__dict__``) and the object is
@@ -31,12 +31,15 @@ globals and callees of a kernel. This module finds them and checks them cheaply:
 
 Not tracked, by design: names bound to tilekit's own modules and to numpy, math or
 another standard-library module, with their attributes (they are the environment, fixed
-in a process: a typical kernel has no guard at all); builtins; attributes of classes
-and instances (``obj.x``: the object is tracked by identity, not its state); values
-reached through ``getattr`` with a computed name or passed around as arguments; helpers
-that are not plain functions (a ``functools.partial``, a callable object). A value that
-can change in place (a list, dict, set, bytearray or array) cannot be checked by
-identity, so reading one is a ``TraceError`` that says to use a tuple or a
+in a process: a typical kernel has no guard at all); builtins; what changes *inside* an
+object the kernel reads (an item of a list or dict, an element of an array, an
+attribute of a class or instance: the object is tracked by identity, so assigning a new
+one is seen, changing it in place is not); values reached through ``getattr`` with a
+computed name or passed to a helper as an argument; helpers that are not plain
+functions (a ``functools.partial``, a callable object). Checking the contents of a list
+or dict on every launch would cost what the fast path saves, and refusing them would
+refuse a kernel that only writes into one (a test recording what the trace saw); a
+value that must be read from a table belongs in a tuple (tracked by value) or a
 ``tk.constexpr`` parameter.
 """
 
@@ -47,12 +50,10 @@ import enum
 import functools
 import sys
 import types
-from collections.abc import MutableMapping, MutableSequence, MutableSet
 from typing import Any
 
 import numpy as np
 
-from tilekit.errors import SourceLoc, TraceError
 from tilekit.record import Record
 
 # Modules whose attributes are fixed for a given install (tilekit's own by its version):
@@ -64,41 +65,29 @@ _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBAL
 _FREE_LOADS = frozenset({"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"})
 _ATTR_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 _VALUES = (bool, int, str, bytes, type(None))
-_MUTABLE = (MutableSequence, MutableMapping, MutableSet, bytearray, np.ndarray)
 
 
 class Read(Record):
     """A name a function's code reads from outside itself: a global (``free`` False) or
     a closure variable (``free`` True), with the attributes read from it right after
-    (``("SCALE",)`` for ``cfg.SCALE``), and where (the first such read)."""
+    (``("SCALE",)`` for ``cfg.SCALE``)."""
     __slots__ = ()
     name: str
     free: bool
     attrs: tuple[str, ...]
-    line: int | None
-    col: int | None
 
 
 @functools.lru_cache(maxsize=4096)
 def reads(code: types.CodeType) -> tuple[Read, ...]:
     """The reads of a function's code and of the code nested in it (lambdas,
     comprehensions, inner functions), each (name, free, attrs) once."""
-    found: dict[tuple[str, bool, tuple[str, ...]], Read] = {}
-    for r in _code_reads(code):
-        found.setdefault((r.name, r.free, r.attrs), r)
-    return tuple(found.values())
+    return tuple(dict.fromkeys(_code_reads(code)))
 
 
 def _code_reads(code: types.CodeType) -> list[Read]:
     out: list[Read] = []
     instructions = list(dis.get_instructions(code))
-    line = code.co_firstlineno
     for i, ins in enumerate(instructions):
-        positions = getattr(ins, "positions", None)  # 3.11+; 3.10 has lines only
-        if positions is None and ins.starts_line is not None:
-            line = ins.starts_line
-        elif positions is not None and positions.lineno is not None:
-            line = positions.lineno
         if ins.opname in _GLOBAL_LOADS:
             free = False
         elif ins.opname in _FREE_LOADS and ins.argval in code.co_freevars:
@@ -110,8 +99,7 @@ def _code_reads(code: types.CodeType) -> list[Read]:
         while j < len(instructions) and instructions[j].opname in _ATTR_LOADS:
             attrs.append(instructions[j].argval)
             j += 1
-        col = positions.col_offset if positions is not None else None
-        out.append(Read(ins.argval, free, tuple(attrs), line, col))
+        out.append(Read(ins.argval, free, tuple(attrs)))
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             # a nested code's free variable is ours (free here too) or one of our locals
@@ -130,15 +118,9 @@ def _is_tilekit(fn: types.FunctionType) -> bool:
     return module == "tilekit" or module.startswith("tilekit.")
 
 
-class _Mutable(Exception):
-    def __init__(self, value: Any) -> None:
-        super().__init__(type(value).__name__)
-        self.value = value
-
-
 def _value_key(value: Any, helpers: list[types.FunctionType]) -> Any:
     """What a trace may have depended on in ``value`` (see the module's docstring);
-    plain functions found are appended to ``helpers``. Raises ``_Mutable``."""
+    plain functions found are appended to ``helpers``."""
     kind = type(value)
     if kind in _VALUES:
         return kind, value
@@ -148,8 +130,6 @@ def _value_key(value: Any, helpers: list[types.FunctionType]) -> Any:
         if not _is_tilekit(value):
             helpers.append(value)
         return "id", id(value)
-    if isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
-        return "id", id(value)
     if isinstance(value, np.generic):
         return kind, value.tobytes()
     if isinstance(value, tuple):
@@ -158,9 +138,6 @@ def _value_key(value: Any, helpers: list[types.FunctionType]) -> Any:
         return kind, frozenset(_value_key(v, helpers) for v in value)
     if isinstance(value, enum.Enum):  # tilekit dtypes: one member per value
         return kind, value.name
-    if isinstance(value, _MUTABLE) or hasattr(value, "__cuda_array_interface__") or \
-            hasattr(value, "__dlpack__"):
-        raise _Mutable(value)
     return "id", id(value)  # the snapshot's guards hold it, so the id stays its own
 
 
@@ -199,28 +176,21 @@ class Snapshot:
 _ABSENT = object()
 
 
-def snapshot(fn: types.FunctionType, kernel: str) -> Snapshot:
-    """The guards and key of what ``fn`` (kernel ``kernel``'s function) and the helpers
-    it names read now. A value that can change in place is a ``TraceError`` at the line
-    that reads it."""
+def snapshot(fn: types.FunctionType) -> Snapshot:
+    """The guards and key of what ``fn`` and the helpers it names read now."""
     guards: list[Guard] = []
     key: list[Any] = []
     seen_guards: set[tuple[int, str | None]] = set()
     todo = [fn]
     seen_functions = {id(fn)}
 
-    def track(where: Any, name: str | None, value: Any, label: str, owner: types.FunctionType,
-              read: Read) -> None:
+    def track(where: Any, name: str | None, value: Any, label: str) -> None:
         if (id(where), name) in seen_guards:
             return
         seen_guards.add((id(where), name))
         helpers: list[types.FunctionType] = []
-        try:
-            vkey = _value_key(value, helpers)
-        except _Mutable as exc:
-            raise _mutable_error(kernel, label, exc.value, owner, read, fn) from None
+        key.append((label, _value_key(value, helpers)))
         guards.append((where, name, value))
-        key.append((label, vkey))
         for helper in helpers:
             if id(helper) not in seen_functions:
                 seen_functions.add(id(helper))
@@ -245,7 +215,7 @@ def snapshot(fn: types.FunctionType, kernel: str) -> Snapshot:
             if isinstance(value, types.ModuleType) and _is_fixed(value):
                 continue
             label = read.name
-            track(where, name, value, label, f, read)
+            track(where, name, value, label)
             for attr in read.attrs:  # through user modules only
                 if not isinstance(value, types.ModuleType):
                     break
@@ -256,20 +226,5 @@ def snapshot(fn: types.FunctionType, kernel: str) -> Snapshot:
                 if isinstance(value, types.ModuleType) and _is_fixed(value):
                     break
                 label = f"{label}.{attr}"
-                track(namespace, attr, value, label, f, read)
+                track(namespace, attr, value, label)
     return Snapshot(tuple(guards), tuple(key))
-
-
-def _mutable_error(kernel: str, label: str, value: Any, owner: types.FunctionType,
-                   read: Read, fn: types.FunctionType) -> TraceError:
-    code = owner.__code__
-    loc = SourceLoc(code.co_filename, read.line or code.co_firstlineno, read.col)
-    what = "a module attribute" if "." in label else \
-        "a variable of the function around it" if read.free else "a global"
-    where = "" if owner is fn else f" (in `{owner.__name__}`)"
-    return TraceError(
-        f"kernel `{kernel}` reads `{label}`{where}, {what} holding a {type(value).__name__}: "
-        "that can change in place without tilekit seeing it, and the traced kernel would "
-        "keep the values it read", loc,
-        hints=[f"make `{label}` a tuple (when a global changes, the kernel is traced again), "
-               "or pass what the kernel needs as an argument (a `tk.constexpr` parameter)"])

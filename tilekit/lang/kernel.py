@@ -238,14 +238,13 @@ class KernelFunction:
         helpers the kernel reads now (``tilekit.lang.dependencies``). Each is compared by
         identity with what the last check saw; when one differs, a new snapshot decides:
         other values empty every cache (the next launch traces again), equal values (an
-        equal number rebound, say) only the guards built on the old objects. A list or
-        other value that can change in place is a ``TraceError``."""
+        equal number rebound, say) only the guards built on the old objects."""
         current = self._globals
         if current is not None and current.holds():
             return
         from tilekit.lang.dependencies import snapshot
 
-        fresh = snapshot(self.fn, self.name)
+        fresh = snapshot(self.fn)
         self._globals = fresh
         if current is not None:
             self._globals_changed(values=fresh.key != current.key)
