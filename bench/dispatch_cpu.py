@@ -6,7 +6,9 @@ attributes that cost ~0.02 us, where torch's cost 0.07-0.22 us) and ``cuLaunchKe
 replaced by a C function that ignores its arguments and returns 0 (libm's
 ``fegetround``), so that the ctypes call itself is real. Timed:
 
-* the whole ``add_one[grid](x, y, n, BLOCK=...)`` and the key alone;
+* the whole ``add_one[grid](x, y, n, BLOCK=...)`` and the key alone; the same for a kernel
+  that reads a global and a helper (``add_offset``: its hits also check that ``OFFSET`` and
+  ``plus_offset`` still hold the objects its trace read, ``KernelFunction.globals_guards``);
 * statement by statement: the generated function cut after each top-level statement of
   its ``try`` (each row is what that statement adds);
 * the ctypes calls of the launch forms (what remains of a raw launch without the driver).
@@ -38,6 +40,11 @@ import common  # noqa: E402  (bench/common.py)
 
 N = 4096
 BLOCK = 1024
+OFFSET = 1.0  # read by add_offset through plus_offset: two globals its hits check
+
+
+def plus_offset(v: Any) -> Any:
+    return v + OFFSET
 
 
 def stub(name: str = "fegetround") -> Any:
@@ -108,14 +115,23 @@ def main() -> int:
             mask = offs < n
             tk.store(Y, offs, tk.load(X, offs, mask) + 1.0, mask)
 
+        @tk.kernel
+        def add_offset(X, Y, n, BLOCK: tk.constexpr):
+            offs = tk.program_id(0) * BLOCK + tk.arange(BLOCK)
+            mask = offs < n
+            tk.store(Y, offs, plus_offset(tk.load(X, offs, mask)), mask)
+
         x = FakeTensor((N,), ptr=0x7F00_0000_0000)
         y = FakeTensor((N,), ptr=0x7F00_0001_0000)
         grid = ((N + BLOCK - 1) // BLOCK,)
         add_one[grid](x, y, N, BLOCK=BLOCK)  # the slow path installs the entry
+        add_offset[grid](x, y, N, BLOCK=BLOCK)
         dispatcher = next(iter(add_one._loaded.fast.values()))
+        assert len(add_offset.globals_guards) == 2, add_offset.globals_guards
         reps = args.reps
         empty = best_us(lambda: None, reps)
         whole = best_us(lambda: add_one[grid](x, y, N, BLOCK=BLOCK), reps) - empty
+        guarded = best_us(lambda: add_offset[grid](x, y, N, BLOCK=BLOCK), reps) - empty
         key = best_us(lambda: dispatcher.key_fn(x, y, N, BLOCK), reps) - empty
         getitem = best_us(lambda: add_one[grid], reps) - empty
         rows = statement_costs(dispatcher, ((x, y, N), {"BLOCK": BLOCK}), grid, reps)
@@ -138,6 +154,7 @@ def main() -> int:
           f"(best of 7 x {reps}):\n")
     print(common.format_table(["measure", "us"], [
         ["add_one[grid](x, y, n, BLOCK=...) (whole hit)", whole],
+        ["add_offset[grid](...) (whole hit; checks 2 globals)", guarded],
         ["add_one[grid] alone (a bound method)", getitem],
         ["the key alone (Dispatcher.key_fn)", key]]))
     print("\nstatement by statement:\n")
@@ -161,7 +178,7 @@ def main() -> int:
         print(f"\ntorch reads per hit: {reads}; on the device host (dispatch.json) "
               f"{estimate:.2f} us")
     data = {"environment": env, "kernel": {"n": N, "block": BLOCK, "grid": grid},
-            "whole_us": whole, "getitem_us": getitem, "key_us": key,
+            "whole_us": whole, "guarded_whole_us": guarded, "getitem_us": getitem, "key_us": key,
             "statements_us": rows, "ctypes_launch_us": launch_us, "torch_reads": reads,
             "torch_reads_device_us": estimate}
     for path in common.write_json("dispatch_cpu", data, args.out):

@@ -130,17 +130,19 @@ def test_guards_hold_while_every_namespace_holds_the_same_object() -> None:
 
 
 def test_a_closure_cell_is_guarded() -> None:
-    scale = 2.0
+    def closure_over(scale: float) -> Any:
+        def f(x: Any) -> Any:
+            return x * scale
 
-    def f(x: Any) -> Any:
-        return x * scale
+        return f
 
+    f = closure_over(2.0)
     snap = snapshot(f)
     [(cell, name, value)] = snap.guards
     assert cell is f.__closure__[0] and name is None and value == 2.0 and snap.holds()
-    scale = 3.0
+    cell.cell_contents = 3.0  # as `nonlocal scale; scale = 3.0` would
     assert not snap.holds() and snapshot(f).key != snap.key
-    del scale
+    del cell.cell_contents
     assert not snap.holds() and snapshot(f).guards == ()
 
 

@@ -108,6 +108,33 @@ def _code_reads(code: types.CodeType) -> list[Read]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _names(code: types.CodeType) -> frozenset[str]:
+    """Every name the code and its nested code look up (globals and attributes alike):
+    a superset of its global reads, found without reading the bytecode."""
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out |= _names(const)
+    return frozenset(out)
+
+
+def _may_read(fn: types.FunctionType) -> bool:
+    """Whether ``fn`` can read anything tracked: a closure, or a name it looks up bound
+    to something other than a fixed module in its globals. Most kernels read only ``tk``
+    and the like: their bytecode is then never read (a first launch from a portfolio
+    pays nothing for this module)."""
+    if fn.__code__.co_freevars:
+        return True
+    scope = fn.__globals__
+    for name in _names(fn.__code__):
+        value = scope.get(name, _ABSENT)
+        if value is not _ABSENT and not (isinstance(value, types.ModuleType) and
+                                         _is_fixed(value)):
+            return True
+    return False
+
+
 def _is_fixed(module: types.ModuleType) -> bool:
     top = module.__name__.partition(".")[0]
     return top in FIXED_MODULES or top in sys.stdlib_module_names
@@ -145,6 +172,9 @@ def _value_key(value: Any, helpers: list[types.FunctionType]) -> Any:
 Guard = tuple[Any, "str | None", Any]
 
 
+_ABSENT = object()
+
+
 class Snapshot:
     """The values a kernel's trace depends on: ``guards`` (what to check, by identity)
     and ``key`` (what they are: equal keys, equal traces)."""
@@ -173,9 +203,6 @@ class Snapshot:
         return f"<Snapshot of {len(self.guards)} reads: {names}>"
 
 
-_ABSENT = object()
-
-
 def snapshot(fn: types.FunctionType) -> Snapshot:
     """The guards and key of what ``fn`` and the helpers it names read now."""
     guards: list[Guard] = []
@@ -198,6 +225,8 @@ def snapshot(fn: types.FunctionType) -> Snapshot:
 
     while todo:
         f = todo.pop()
+        if not _may_read(f):
+            continue
         code = f.__code__
         scope = f.__globals__
         for read in reads(code):
