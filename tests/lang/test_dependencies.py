@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from typing import Any
@@ -156,6 +157,22 @@ def test_helpers_and_user_module_attributes_are_followed_once() -> None:
     guards = {(id(where), name): value for where, name, value in snap.guards}
     assert guards[(id(vars(cfg.inner)), "BIAS")] == 1
     assert guards[(id(globals()), "SCALE")] == 2.0  # read by `helper`
+
+
+def test_partials_and_bound_methods_are_followed_to_their_function() -> None:
+    """A helper reached through ``functools.partial`` (its arguments by value) or a bound
+    method is followed like a plain one: what it reads is guarded."""
+
+    class Scaler:
+        def apply(self, v: Any) -> Any:
+            return v * SCALE
+
+    by_partial = function_of("def f(x):\n    return H(x)\n", H=functools.partial(helper))
+    by_method = function_of("def f(x):\n    return H(x)\n", H=Scaler().apply)
+    for f in (by_partial, by_method):
+        assert "SCALE" in [label for label, _ in snapshot(f).key]
+    assert key_of(functools.partial(helper, 2.0)) != key_of(functools.partial(helper, 2))
+    assert key_of(functools.partial(helper, 2.0)) == key_of(functools.partial(helper, 2.0))
 
 
 def test_a_typical_kernel_has_no_guard() -> None:

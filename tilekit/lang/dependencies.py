@@ -16,9 +16,10 @@ globals and callees of a kernel. This module finds them and checks them cheaply:
   source file (a lambda, an ``exec``'d kernel, a file edited since it was imported),
   and no scope analysis of our own.
 * ``snapshot(fn)``: the values those reads resolve to now, from the kernel down
-  through every plain Python helper it names (a function's own reads are followed,
-  once each). Each read gives a *guard*, ``(namespace, name, object)``: the namespace is
-  a dict (a function's ``__globals__``, a module's ``__dict__``) and the object is
+  through every plain Python helper it names, directly or through a tuple, a
+  ``functools.partial`` or a bound method (a function's own reads are followed, once
+  each). Each read gives a *guard*, ``(namespace, name, object)``: the namespace is a
+  dict (a function's ``__globals__``, a module's ``__dict__``) and the object is
   ``namespace[name]``, or the namespace is a closure cell, ``name`` is None and the
   object its contents. The snapshot's ``key`` is the values: numbers, strings, bytes,
   None, tilekit dtypes and numpy scalars by type and value (``1``, ``1.0`` and ``True``
@@ -35,12 +36,11 @@ in a process: a typical kernel has no guard at all); builtins; what changes *ins
 object the kernel reads (an item of a list or dict, an element of an array, an
 attribute of a class or instance: the object is tracked by identity, so assigning a new
 one is seen, changing it in place is not); values reached through ``getattr`` with a
-computed name or passed to a helper as an argument; helpers that are not plain
-functions (a ``functools.partial``, a callable object). Checking the contents of a list
-or dict on every launch would cost what the fast path saves, and refusing them would
-refuse a kernel that only writes into one (a test recording what the trace saw); a
-value that must be read from a table belongs in a tuple (tracked by value) or a
-``tk.constexpr`` parameter.
+computed name or passed to a helper as an argument; the code of a callable object.
+Checking the contents of a list or dict on every launch would cost what the fast path
+saves, and refusing them would refuse a kernel that only writes into one (a test
+recording what the trace saw); a value that must be read from a table belongs in a
+tuple (tracked by value) or a ``tk.constexpr`` parameter.
 """
 
 from __future__ import annotations
@@ -157,6 +157,11 @@ def _value_key(value: Any, helpers: list[types.FunctionType]) -> Any:
         if not _is_tilekit(value):
             helpers.append(value)
         return "id", id(value)
+    if kind is functools.partial:  # its function, arguments and keywords are fixed
+        return kind, _value_key(value.func, helpers), _value_key(value.args, helpers), \
+            _value_key(tuple(sorted(value.keywords.items())), helpers)
+    if kind is types.MethodType:  # a bound method: its function, and its object's identity
+        return kind, _value_key(value.__func__, helpers), id(value.__self__)
     if isinstance(value, np.generic):
         return kind, value.tobytes()
     if isinstance(value, tuple):
