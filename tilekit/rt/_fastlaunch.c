@@ -5,9 +5,9 @@
  * generated ``_tk_call`` when the profile is one it serves. Per call it does what
  * ``_tk_call`` does, in the same order and with the same Python objects:
  *
- *   bind the arguments -> check the globals the trace read (identity) -> check their
- *   types -> read the tensors (data_ptr(), shape,
- *   stride(), dtype, get_device()) -> build the same key tuple -> look it up in the
+ *   bind the arguments -> check that the globals the trace read hold the same objects
+ *   (``guards``) -> check their types -> read the tensors (data_ptr(), shape, stride(),
+ *   dtype, get_device()) -> build the same key tuple -> look it up in the
  *   Dispatcher's own table -> resolve the grid -> find the stream -> write the launch
  *   configuration and the argument slots into the entry's buffer, as its
  *   ``struct.pack_into`` would, byte for byte -> one cuLaunchKernelEx.
