@@ -778,13 +778,26 @@ def _copy_g2s(L: KernelLowering, op: Operation) -> None:
 
 
 def _tma_coords(L: KernelLowering, op: Operation, origin: Sequence[int]) -> list[ir.Value]:
-    """Element coordinates of a box, innermost first (i32, as TMA takes them)."""
+    """Element coordinates of a box, innermost first (i32, as TMA takes them).
+
+    A 64-bit tile index (a tensor indexed in 64 bits) gets its coordinate computed in 64
+    bits; one past the signed 32-bit range becomes -2^31, which puts the whole box before
+    the tensor (zeros, as the exact coordinate would: launches refuse a dim longer than
+    2^31, ``TMA_COORDINATE_REACH``, so such a box lies past the edge)."""
     shape = op.attrs["shape"]
+    b = L.b
     out = []
     for d in reversed(range(len(shape))):
-        idx = _scalar32(L, op.variadic("index")[d])
-        c = L.b.mul(idx, c32(shape[d]))
-        out.append(L.b.add(c, c32(origin[d])) if origin[d] else c)
+        v = op.variadic("index")[d]
+        if dtype_of(v).bits == 64:
+            wide = b.mul(L.regs(v)[0], ir.Constant(I64, shape[d]))
+            wide = b.add(wide, ir.Constant(I64, origin[d])) if origin[d] else wide
+            fits = b.icmp_unsigned("<", b.add(wide, ir.Constant(I64, 2**31)),
+                                   ir.Constant(I64, 2**32))
+            out.append(b.select(fits, b.trunc(wide, I32), c32(-(2**31))))
+            continue
+        c = b.mul(_scalar32(L, v), c32(shape[d]))
+        out.append(b.add(c, c32(origin[d])) if origin[d] else c)
     return out
 
 

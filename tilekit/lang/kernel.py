@@ -39,11 +39,13 @@ if TYPE_CHECKING:
 
 
 def default_passes() -> PassManager:
-    """The pipeline every kernel runs before a backend sees it."""
+    """The pipeline every kernel runs before a backend sees it (the interpreter and the
+    code generators alike, so both compute the same offsets)."""
     from tilekit.ir.cleanup import CSE, HOIST
     from tilekit.ir.passes import DCE, PassManager
+    from tilekit.ir.widen_offsets import WIDEN
 
-    return PassManager((CSE, HOIST, DCE))
+    return PassManager((WIDEN, CSE, HOIST, DCE))
 
 
 class constexpr:  # noqa: N801  (used as an annotation: `BLOCK: tk.constexpr`)

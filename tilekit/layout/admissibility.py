@@ -64,6 +64,7 @@ class Rule(enum.Enum):
     TMA_INNER_NOT_CONTIGUOUS = enum.auto()  # dimension 0 has no stride field: must be unit stride
     TMA_GLOBAL_ADDRESS_ALIGN = enum.auto()  # 16 B (32 B with INTERLEAVE_32B)
     TMA_GLOBAL_DIM = enum.auto()  # 1 <= globalDim[i] <= 2^32
+    TMA_COORDINATE_REACH = enum.auto()  # globalDim[i] <= 2^31: coordinates are signed 32-bit
     TMA_GLOBAL_STRIDE_ALIGN = enum.auto()  # multiple of 16 B (32 B with INTERLEAVE_32B)
     TMA_GLOBAL_STRIDE_RANGE = enum.auto()  # 0 <= globalStrides[i] < 2^40
     TMA_BOX_DIM = enum.auto()  # 1 <= boxDim[i] <= 256

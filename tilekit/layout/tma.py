@@ -49,6 +49,9 @@ from tilekit.layout.shared import SwizzleMode
 MAX_RANK = 5
 MIN_INTERLEAVED_RANK = 3
 MAX_GLOBAL_DIM = 1 << 32
+#: The largest extent whose every element a box reaches: TMA's coordinates are signed
+#: 32-bit (``cp.async.bulk.tensor``'s ``.s32`` operands), whatever ``globalDim`` holds.
+MAX_REACHED_DIM = 1 << 31
 GLOBAL_STRIDE_LIMIT = 1 << 40  # strides must be strictly below
 MAX_BOX_DIM = 256
 MAX_ELEMENT_STRIDE = 8
@@ -380,6 +383,10 @@ def tma_admissibility(request: TmaRequest, *, arch: int) -> Verdict[TmaDescripto
         if not 1 <= extent <= MAX_GLOBAL_DIM:
             bad(Rule.TMA_GLOBAL_DIM, f"globalDim[{i}]", extent, MAX_GLOBAL_DIM,
                 f"globalDim[{i}] = {extent} is outside 1..2^32")
+        elif extent > MAX_REACHED_DIM:
+            bad(Rule.TMA_COORDINATE_REACH, f"globalDim[{i}]", extent, MAX_REACHED_DIM,
+                f"globalDim[{i}] = {extent}: TMA coordinates are signed 32-bit, so elements "
+                "past 2^31 - 1 along a dim are out of reach")
 
     for i, stride in enumerate(driver_order(t.byte_strides())[1:], start=0):
         if not 0 <= stride < GLOBAL_STRIDE_LIMIT:

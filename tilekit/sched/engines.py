@@ -10,7 +10,10 @@ admitted for every tensor of the bucket, because each rule is a divisibility or 
 condition that the witness meets no better than any member.
 
 * TMA: ``tma_admissibility`` of the stream's box on the witness (no swizzle: stages are
-  row-major), on sm_90 and newer, and padding 0 (TMA fills the edge with zeros). The box is
+  row-major), on sm_90 and newer, and padding 0 (TMA fills the edge with zeros); not for
+  a 1-D tensor indexed in 64 bits, whose elements past 2^31 - 1 TMA's signed 32-bit
+  coordinates cannot reach (a 2-D one keeps TMA: its dims are usually shorter, and a
+  launch with a longer one is refused, ``TMA_COORDINATE_REACH``). The box is
   the tile, or, when one dim of the tile exceeds TMA's 256 and every dim before it has
   extent 1, the largest box along that dim whose copies land one after the other in the
   row-major stage, each 128-byte aligned (``tma_box``; a tile is then several copies).
@@ -70,6 +73,8 @@ class EngineRule(enum.Enum):
     CP_ASYNC_ARCH = "cp.async needs sm_80 or newer"
     CP_ASYNC_CHUNK = "no 16-, 8- or 4-byte cp.async chunk is possible under the bucket's facts"
     NONZERO_PADDING = "only plain loads fill the tiles' edges with a value other than 0"
+    TMA_WIDE_1D = "a 1-D tensor indexed in 64 bits has 2^31 elements or more, past the reach " \
+                  "of TMA's signed 32-bit coordinates"
     SWIZZLED_STAGE = "the stage feeds tk.dot's ldmatrix in a chunk-swizzled layout, which " \
                      "cp.async writes chunk by chunk; TMA's swizzle modes are not wired to it yet"
 
@@ -95,6 +100,7 @@ class TensorFacts:
     aligned16: bool
     unit_inner: bool
     strides16: bool
+    index: DType = DType.INT32  # int64: a span, extent or stride of 2^31 elements or more
 
     def witness(self, box: Sequence[int], checked: int = 0) -> GlobalTensor:
         """The least a tensor of the bucket guarantees, spanning a few boxes per dim; with
@@ -185,6 +191,10 @@ def _tma(facts: TensorFacts, box: tuple[int, ...], padding: object,
     if padding != 0:
         out.append(Rejection(Engine.TMA, EngineRule.NONZERO_PADDING,
                              f"padding {padding!r}: TMA fills the edge with zeros"))
+    if len(box) == 1 and facts.index is DType.INT64:  # (a 2-D tensor's dims may be short)
+        out.append(Rejection(Engine.TMA, EngineRule.TMA_WIDE_1D,
+                             f"`{facts.name}` is a 1-D tensor indexed in 64 bits: its "
+                             "elements past 2^31 - 1 are out of TMA's reach"))
     return (verdict.params if not out else None), out
 
 

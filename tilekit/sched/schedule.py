@@ -150,7 +150,7 @@ def _facts(fn: Function, value: Value) -> TensorFacts:
     name = value.name_hint or "<tensor>"
     have = {f: name in frozenset(getattr(fn, f, frozenset())) for f in FACT_ATTRS}
     return TensorFacts(name, value.tensor_type.dtype, have["aligned16"], have["unit_inner"],
-                       have["strides16"])
+                       have["strides16"], value.tensor_type.index)
 
 
 def _roles(op: Operation, tgt: Target, num_warps: int) -> RolePlan:
