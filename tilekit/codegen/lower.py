@@ -613,8 +613,23 @@ def _constant(L: KernelLowering, op: Operation) -> None:
 def _arange(L: KernelLowering, op: Operation) -> None:
     lay = layout_of(op.result)
     start = op.attrs["start"]
+    if dtype_of(op.result) is DType.INT64:  # (this thread's part) + (the register's constant)
+        L.define(op.result, [_coord64(L, lay, r) if start == 0 else L.b.add(
+            _coord64(L, lay, r), ir.Constant(I64, start)) for r in range(lay.num_regs)])
+        return
     L.define(op.result, [L.b.add(L.coord(lay, r, 0), c32(start)) if start else
                          L.coord(lay, r, 0) for r in range(lay.num_regs)])
+
+
+def _coord64(L: KernelLowering, lay: TileLayout, reg: int) -> ir.Value:
+    """Register ``reg``'s coordinate (a 1-D layout) in 64 bits: the thread's part widened
+    once plus the register's constant, which LLVM sees through when it checks that a
+    vector's offsets are consecutive (a widened 32-bit coordinate it does not)."""
+    if lay.may_wrap(reg, 0):
+        return L.b.zext(L.coord(lay, reg, 0), I64)
+    off = lay.dims[0].offsets[reg]
+    part = L.b.zext(L.thread_part(lay, 0), I64)
+    return L.b.add(part, ir.Constant(I64, off)) if off else part
 
 
 @rule("program_id")

@@ -9,17 +9,18 @@ each of its elements has an offset below 2^31, which ``+ - *`` in int32 reach ex
 
 For each access to such a tensor (``load``, ``store``, ``atomic``: offsets and mask;
 ``tile_load``, ``tile_store``: the tile index; ``pipeline``: its streams' first tiles),
-the pass builds the exact version of the value: the ops that compute it are copied with
+the pass builds the exact twin of the value: the ops that compute it are copied with
 int64 operands next to the originals, which keep their other uses (an offset that is
-also stored as data keeps its type there). Where the chain starts, values are widened
-by a cast that preserves them: program ids, ``arange``, loop counters, runtime scalars,
-sizes and strides of other tensors, integers read from memory (the arithmetic after the
-load is int64), constants (re-emitted as int64). A value carried through ``tk.range``,
-``tk.when`` or ``tk.pipeline`` gets an int64 twin carried beside it, so a running offset
-is exact across iterations. Kept as written: a cast the user wrote that narrows or leaves
-the integers (``.to(tk.int32)`` of an int64, from a float, ``bitcast``), a dot's
-accumulator, and bool values carried through loops. Nothing needs a run-time overflow
-check: every value in the chain is either exact or what the user asked for.
+also stored as data keeps its type there). Where the chain starts, values are cast to
+int64, which keeps them: program ids, loop counters, runtime scalars, sizes and strides
+of other tensors, integers read from memory (the arithmetic after the load is int64);
+constants and ``arange`` are made as int64 in the first place. A value carried through
+``tk.range``, ``tk.when`` or ``tk.pipeline`` gets an int64 twin carried beside it, so a
+running offset is exact across iterations (the original goes when nothing else reads
+it). Kept as written: a cast the user wrote that narrows or leaves the integers
+(``.to(tk.int32)`` of an int64, from a float, ``bitcast``), a dot's accumulator, and
+bool values carried through loops. So nothing needs a run-time overflow check: every
+value in the chain is exact or what the user asked for.
 """
 
 from __future__ import annotations
@@ -156,11 +157,9 @@ class _Widener:
         op = v.owner
         if op.name in _CARRIERS:
             return self._carry(op, v.index) if dtype.is_int else v
-        if op.name == "constant":
-            if dtype.is_bool:
-                return v
+        if op.name in ("constant", "arange") and not dtype.is_bool:  # made as int64
             attrs = {**op.attrs, "dtype": I64}
-            return self._place(self._make("constant", [], (), attrs, op.loc), v).result
+            return self._place(self._make(op.name, [], (), attrs, op.loc), v).result
         if op.name == "cast":
             src = op.operand("x")
             assert src is not None

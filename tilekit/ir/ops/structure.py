@@ -54,13 +54,18 @@ def _infer_arange(sig: Signature) -> list[TileType]:
     start, end = sig.attr("start"), sig.attr("end")
     if not (isinstance(start, int) and isinstance(end, int) and end > start):
         raise OpTypeError(f"arange needs integer bounds with end > start, got {start}, {end}")
-    return [TileType((end - start,), DType.INT32)]
+    dtype = sig.attrs.get("dtype", DType.INT32)
+    if dtype not in (DType.INT32, DType.INT64):
+        raise OpTypeError(f"arange makes int32 or int64, not {dtype}")
+    return [TileType((end - start,), dtype)]
 
 
 define(
     "arange", [], _infer_arange,
-    lambda ctx, op, args: [np.arange(op.attrs["start"], op.attrs["end"], dtype=np.int32)],
-    doc="the integers start .. end-1 (any length, not only powers of two)",
+    lambda ctx, op, args: [np.arange(op.attrs["start"], op.attrs["end"],
+                                     dtype=op.result.type.dtype.np)],
+    doc="the integers start .. end-1 (any length, not only powers of two); int32 unless "
+        "`dtype` says int64 (an offset into a tensor indexed in 64 bits)",
 )
 
 
