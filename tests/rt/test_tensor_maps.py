@@ -324,6 +324,23 @@ def test_an_inadmissible_tensor_fails_at_the_callers_line_on_both_paths(
     assert len(fake.launches) == 2 and fake.loads == 1
 
 
+def test_a_dim_past_the_reach_of_tma_coordinates_fails_at_the_callers_line(
+        fake: Driver, lib: FakeLibcuda) -> None:
+    """The driver encodes a dim of up to 2^32, but TMA's signed 32-bit coordinates reach
+    elements below 2^31 only: a launch whose map would leave elements out of reach is
+    refused before anything is queued (a silent zero past 2^31 otherwise)."""
+    y = bf16(2, 2**31)
+    far = bf16(1, 2**31 + 64)
+    with pytest.raises(LaunchError, match=r"argument `X` cannot be copied by TMA.*"
+                                          r"TMA_COORDINATE_REACH: globalDim\[0\] = 2147483712: "
+                                          r"TMA coordinates are signed 32-bit") as info:
+        copy_rows[1](far, y, N=64)
+    assert info.value.loc is not None and info.value.loc.file == __file__
+    assert fake.launches == []
+    copy_rows[1](bf16(1, 2**31), y, N=64)  # every element within reach
+    assert len(fake.launches) == 1
+
+
 def test_a_staged_array_gets_the_map_of_its_device_copy(fake: Driver, lib: FakeLibcuda) -> None:
     x = np.zeros((33, 64), ml_dtypes.bfloat16)
     y = np.zeros((33, 64), ml_dtypes.bfloat16)

@@ -8,19 +8,20 @@ instead of wrapping. A tensor indexed in 32 bits keeps its IR (and its code) unc
 each of its elements has an offset below 2^31, which ``+ - *`` in int32 reach exactly.
 
 For each access to such a tensor (``load``, ``store``, ``atomic``: offsets and mask;
-``tile_load``, ``tile_store``: the tile index; ``pipeline``: its streams' first tiles),
-the pass builds the exact twin of the value: the ops that compute it are copied with
-int64 operands next to the originals, which keep their other uses (an offset that is
-also stored as data keeps its type there). Where the chain starts, values are cast to
-int64, which keeps them: program ids, loop counters, runtime scalars, sizes and strides
-of other tensors, integers read from memory (the arithmetic after the load is int64);
-constants and ``arange`` are made as int64 in the first place. A value carried through
-``tk.range``, ``tk.when`` or ``tk.pipeline`` gets an int64 twin carried beside it, so a
-running offset is exact across iterations (the original goes when nothing else reads
-it). Kept as written: a cast the user wrote that narrows or leaves the integers
-(``.to(tk.int32)`` of an int64, from a float, ``bitcast``), a dot's accumulator, and
-bool values carried through loops. So nothing needs a run-time overflow check: every
-value in the chain is exact or what the user asked for.
+``tile_load``, ``tile_store``: the tile index; ``pipeline``: its streams' first tiles
+and its trip count, which is computed from them), the pass builds the exact twin of the
+value: the ops that compute it are copied with int64 operands next to the originals,
+which keep their other uses (an offset that is also stored as data keeps its type
+there). Where the chain starts, values are cast to int64, which keeps them: program ids,
+loop counters, runtime scalars, sizes and strides of other tensors, integers read from
+memory (the arithmetic after the load is int64); constants and ``arange`` are made as
+int64 in the first place. A value carried through ``tk.range``, ``tk.when`` or
+``tk.pipeline`` gets an int64 twin carried beside it, so a running offset is exact
+across iterations (the original goes when nothing else reads it). Kept as written: a
+cast the user wrote that narrows or leaves the integers (``.to(tk.int32)`` of an int64,
+from a float, ``bitcast``), a dot's accumulator, and bool values carried through loops.
+So nothing needs a run-time overflow check: every value in the chain is exact or what
+the user asked for.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def wide_tensor(v: Value) -> bool:
 
 def exact_operands(op: Operation) -> list[int]:
     """The operand positions of ``op`` that the rule makes exact: offsets and mask of an
-    access, the tile index of a tile view or of a pipeline stream, on a 64-bit tensor."""
+    access, the tile index of a tile view or of a pipeline stream (and the pipeline's trip
+    count), on a 64-bit tensor."""
     if op.name in ("load", "store", "atomic"):
         if not wide_tensor(op.operands[0]):
             return []
@@ -68,14 +70,16 @@ def exact_operands(op: Operation) -> list[int]:
         if not wide_tensor(op.operands[0]):
             return []
         return [i for i, s in enumerate(op.slots) if s == "index"]
-    if op.name == "pipeline":
+    if op.name == "pipeline":  # the first tiles of 64-bit streams, and the trip count
         out, at = [], op.slots.index("index") if "index" in op.slots else 0
         for t in op.variadic("tensors"):
             rank = t.type.rank
             if wide_tensor(t):
                 out.extend(range(at, at + rank))
             at += rank
-        return out
+        # The count is made from the first tiles (and is int64 when a stream is): counted
+        # from a wrapped first tile, a loop would run 2^32 steps.
+        return [op.slots.index("count"), *out] if out else []
     return []
 
 

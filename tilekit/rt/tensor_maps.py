@@ -10,8 +10,9 @@ arguments, is decided in one place, ``tilekit.layout.tma.tma_admissibility``: it
 
 The code generator chose TMA for a bucket whose facts held (16-byte aligned base, unit
 inner stride, 16-byte row strides), so a launch is refused only for what those facts do
-not cover (an extent past 2**32, a stride of 2**40 bytes or more, an empty tensor): a
-``LaunchError`` at the caller's line that names the argument and every violated rule.
+not cover (an extent past 2**31, which TMA's signed 32-bit coordinates do not reach, a
+stride of 2**40 bytes or more, an empty tensor): a ``LaunchError`` at the caller's line
+that names the argument and every violated rule.
 
 **Cache.** Encoded maps are kept in a bounded LRU (``functools.lru_cache``: lookup and
 recency in C) keyed by ``(spec, pointer, *extents, *strides)``; ``MapSpec`` is the rest
@@ -170,8 +171,9 @@ def _refusal(spec: MapSpec, name: str, base: int, shape: Sequence[int],
         f"{_describe(spec, shape, strides)}: " + "; ".join(reasons), loc,
         hints=[f"the kernel was specialized for TMA copies of `{name}` because its alignment "
                "and stride facts held, but this tensor breaks a limit of "
-               "cuTensorMapEncodeTiled that they do not cover (extents 1..2**32, strides "
-               "below 2**40 bytes): launch on views within it, e.g. split the tensor"])
+               "cuTensorMapEncodeTiled or of TMA's coordinates that they do not cover "
+               "(extents 1..2**31, strides below 2**40 bytes): launch on views within it, "
+               "e.g. split the tensor, or pass engine=\"cp_async\" to tk.pipeline"])
 
 
 def tensor_map(spec: MapSpec, name: str, ptr: int, shape: Sequence[int],
