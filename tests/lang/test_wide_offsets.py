@@ -11,9 +11,11 @@ Three layers:
 - the pass on the IR: which values become int64 (every integer op that feeds such an
   access), what is kept (other uses, a narrowing the user wrote, 32-bit buckets), the dump;
 - the interpreter on a real 2^31 + 2^20 element int8 array that costs no memory: numpy's
-  zeros are pages never touched, and the kernels touch a few of them near 2^31;
-- offline PTX (64-bit products in the addressing; TMA's reach) and, marked ``gpu``, the
-  same kernels on a device over torch tensors of 2^31 + 2^20 int8 elements.
+  zeros are pages never touched, and the kernels touch a few of them near 2^31 (with a
+  GPU the same tests run on the device too);
+- offline PTX (64-bit products in the addressing; TMA's reach) and, marked ``gpu``, every
+  block of torch tensors of 2^31 + 2^20 elements through ``tk.load``/``tk.store``, tile
+  views, ``tk.pipeline`` (TMA, cp.async, plain) and atomics.
 """
 
 # ruff: noqa: N803, N806  (tensor-like names)
@@ -311,15 +313,16 @@ def test_the_pass_is_idempotent():
 
 # --- the interpreter, on 2^31 + 2^20 bytes that cost nothing -----------------------------------
 
-@pytest.fixture
-def big() -> Iterator[np.ndarray]:
-    """2^31 + 2^20 int8 zeros: address space only, until a kernel writes a page. Run on
-    the interpreter (on a GPU machine the array would be copied to the device)."""
+@pytest.fixture(params=["interp", pytest.param("cuda", marks=pytest.mark.gpu)])
+def big(request: pytest.FixtureRequest) -> Iterator[np.ndarray]:
+    """2^31 + 2^20 int8 zeros: address space only, until a kernel writes a page. The same
+    tests run on the interpreter and, with a GPU, on the device (the array is copied there
+    and back)."""
     try:
         x = np.zeros(N, np.int8)
     except MemoryError:
         pytest.skip("no 2 GiB of address space for the tensor")
-    with knobs.override(interpret=True):
+    with knobs.override(interpret=request.param == "interp"):
         yield x
 
 
@@ -425,3 +428,300 @@ def test_offsets_stored_as_data_keep_int32(big: np.ndarray):
     exact = np.array([p * S + i for p in range(3) for i in range(B)], np.int64)
     np.testing.assert_array_equal(y, exact.astype(np.int32))  # wrapped for program 2
     assert (y[2 * B:] < 0).all() and all((big[o] == 5) for o in exact)
+
+
+# --- offline code: 64-bit products, TMA's reach --------------------------------------------------
+
+def ptx_of(module: Module, arch: str = "sm_90a") -> str:
+    from tilekit.codegen.driver import compile_module
+
+    return compile_module(module, arch).binary.decode()
+
+
+def uses_of_block_id(ptx: str) -> list[str]:
+    """The instructions that read ``%ctaid.x``'s register (the program id)."""
+    reg = re.search(r"mov\.u32\s+(%r\d+),\s*%ctaid\.x;", ptx)
+    assert reg is not None
+    return [line.split()[0] for line in ptx.splitlines()
+            if re.search(re.escape(reg.group(1)) + r"\b", line) and "%ctaid" not in line]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_the_program_id_is_multiplied_in_64_bits_only_for_a_64_bit_tensor(arch: str):
+    def product(wide: bool) -> list[str]:
+        module = specialize(put_at, X=tensor(DType.INT8, wide), v=ScalarSpec(DType.INT8),
+                            S=1000, B=1000)
+        return uses_of_block_id(ptx_of(module, arch))
+
+    assert product(True) == ["mul.wide.u32"]  # a 64-bit product of the 32-bit id
+    assert product(False) == ["mul.lo.s32"]  # as before: small tensors keep 32-bit code
+
+
+def test_a_64_bit_vector_add_keeps_its_128_bit_accesses():
+    """aranges made as int64 keep a vector's offsets visibly consecutive to LLVM, so the
+    64-bit bucket's loads and stores stay 16 bytes wide."""
+    from tests.rt.ptx_kernels import add
+
+    for wide in (False, True):
+        t = tensor(DType.FLOAT32, wide)
+        ptx = ptx_of(specialize(add, X=t, Y=t, Out=t, n=ScalarSpec(I64 if wide else I32),
+                                BLOCK=1024))
+        assert ptx.count("ld.global.v4.b32") == 4 and ptx.count("st.global.v4.b32") == 2
+
+
+def pipeline_ir(kernel, wide: bool, rank: int, engine: str | None = None) -> Module:  # noqa: ANN001
+    return specialize(kernel, X=tensor(DType.INT8 if rank == 1 else DType.BFLOAT16, wide, rank),
+                      Out=tensor(DType.FLOAT32, False), B=128, ENGINE=engine)
+
+
+@tk.kernel
+def stream_sum(X, Out, B: tk.constexpr, ENGINE: tk.constexpr):
+    """A 1-D pipeline from tile program_id (int8: TMA's boxes of 128 bytes)."""
+    acc = tk.zeros((B,), tk.float32)
+    for _, x in tk.pipeline(X.tiles((B,), at=tk.program_id(0)), stages=3, engine=ENGINE):
+        acc += x.to(tk.float32)
+    Out.tile((B,), (tk.program_id(0),)).store(acc)
+
+
+@tk.kernel
+def stream_tail(X, Out, J: tk.constexpr, B: tk.constexpr, ENGINE: tk.constexpr):
+    """A 1-D pipeline from tile J to the end."""
+    acc = tk.zeros((B,), tk.float32)
+    for _, x in tk.pipeline(X.tiles((B,), at=J + tk.program_id(0)), stages=3, engine=ENGINE):
+        acc += x.to(tk.float32)
+    Out.tile((B,), (tk.program_id(0),)).store(acc)
+
+
+@tk.kernel
+def row_tail(X, Out, J: tk.constexpr, B: tk.constexpr, ENGINE: tk.constexpr):
+    """A 2-D pipeline along row 0 from tile (0, J) to the end."""
+    acc = tk.zeros((1, B), tk.float32)
+    for _, x in tk.pipeline(X.tiles((1, B), along=1, at=(0, J)), stages=3, engine=ENGINE):
+        acc += x.to(tk.float32)
+    Out.tile((B,), (0,)).store(tk.sum(acc, axis=0))
+
+
+@tk.kernel
+def rows_sum(X, Out, B: tk.constexpr, ENGINE: tk.constexpr):
+    """A 2-D pipeline along the rows of tiles (16, B)."""
+    acc = tk.zeros((16, B), tk.float32)
+    for _, x in tk.pipeline(X.tiles((16, B), row=tk.program_id(0)), stages=3, engine=ENGINE):
+        acc += x.to(tk.float32)
+    Out.tile((16,), (tk.program_id(0),)).store(tk.sum(acc, axis=1))
+
+
+def test_a_1d_stream_indexed_in_64_bits_is_not_copied_by_tma():
+    """TMA's coordinates are signed 32-bit: past 2^31 elements of a 1-D tensor they cannot
+    reach, so its stream goes to cp.async (a 2-D tensor keeps TMA: its rows are shorter,
+    and a launch with a dim past 2^31 is refused)."""
+    tma = "cp.async.bulk.tensor"
+    assert tma in ptx_of(pipeline_ir(stream_sum, False, 1))
+    wide = ptx_of(pipeline_ir(stream_sum, True, 1))
+    assert tma not in wide and "cp.async.cg.shared.global" in wide
+    assert tma in ptx_of(pipeline_ir(rows_sum, True, 2))
+
+
+def test_forcing_tma_on_a_wide_1d_stream_is_an_error_at_the_pipeline():
+    from tilekit.errors import ScheduleError
+
+    with pytest.raises(ScheduleError, match="engine 'tma' is not admissible.*TMA_WIDE_1D: "
+                                            "`X` is a 1-D tensor indexed in 64 bits") as info:
+        ptx_of(pipeline_ir(stream_sum, True, 1, engine="tma"))
+    assert info.value.loc.file == __file__
+    assert "tk.pipeline(X.tiles" in open(__file__).read().splitlines()[info.value.loc.line - 1]
+
+
+# --- the GPU's code on the host: the emulator (tests/codegen/simt.py) ---------------------------
+
+def emulate(kernel, arrays: dict[str, tuple[tuple[int, ...], type]],  # noqa: ANN001
+            fill: dict[str, list[tuple[slice, np.ndarray]]], scalars: dict[str, int],
+            consts: dict[str, int], grid: tuple[int, ...], blocks: list[tuple[int, ...]],
+            windows: dict[str, list[slice]]) -> dict[str, list[np.ndarray]]:
+    """Run ``blocks`` of the kernel's NVPTX code on the host over zeroed arrays of these
+    shapes (``fill`` set first; the bucket is theirs), in a forked child, where a wrong
+    address is a failed test and not a crash; return the ``windows`` of each array."""
+    from tests.codegen.simt import compile_for_host, launch_args
+    from tests.codegen.test_offline import run_in_child
+
+    def child() -> dict[str, list[np.ndarray]]:
+        data = {name: np.zeros(shape, dtype) for name, (shape, dtype) in arrays.items()}
+        for name, parts in fill.items():
+            for where, values in parts:
+                data[name].reshape(-1)[where] = values
+        module = kernel.trace(**data, **scalars, **consts)
+        assert all(a.type.index is I64 for a in module.kernel.args[:1])
+        compiled = compile_for_host(module)
+        args = launch_args(compiled, data, scalars)
+        for b in blocks:
+            compiled.emulator.run_block(b, grid, compiled.threads, args)
+        return {name: [data[name].reshape(-1)[w].copy() for w in ws]
+                for name, ws in windows.items()}
+
+    return run_in_child(child)
+
+
+def test_host_emulated_repro_writes_every_block_past_2_31():
+    """The repro's GPU code, blocks of 1024 around 2^31 and the last one."""
+    blocks = [2**21 - 1, 2**21, N // 1024 - 1]
+    got = emulate(put_at, {"X": ((N,), np.int8)}, {}, {"v": 7}, dict(S=1024, B=1024),
+                  (N // 1024,),
+                  [(b,) for b in blocks], {"X": [slice(b * 1024 - 8, b * 1024 + 1032)
+                                                 for b in blocks[1:]]})
+    before, last = got["X"]
+    np.testing.assert_array_equal(before, [7] * 1032 + [0] * 8)  # blocks 2^21 - 1, 2^21
+    np.testing.assert_array_equal(last[:1032 - 8 + 8], [0] * 8 + [7] * 1024)
+
+
+def test_host_emulated_masked_blocks_past_2_31():
+    """Ragged blocks of 1000: the one across 2^31 and the last, 776 lanes masked off."""
+    B = 1000
+    grid = -(-N // B)
+    blocks = [2**31 // B, grid - 1]
+    rng = np.random.default_rng(31)
+    values = {b: rng.integers(-100, 100, B).astype(np.int8) for b in blocks}
+    spans = {b: slice(b * B, min((b + 1) * B, N)) for b in blocks}
+    got = emulate(bump_tail, {"X": ((N,), np.int8), "Out": ((grid * B,), np.int8)},
+                  {"X": [(spans[b], values[b][:spans[b].stop - spans[b].start])
+                         for b in blocks]},
+                  {"n": N}, dict(S=B, B=B), (grid,), [(b,) for b in blocks],
+                  {"X": [spans[b] for b in blocks],
+                   "Out": [slice(b * B, (b + 1) * B) for b in blocks]})
+    inside = N - blocks[1] * B
+    assert inside == 224
+    np.testing.assert_array_equal(got["X"][0], values[blocks[0]] + 1)
+    np.testing.assert_array_equal(got["X"][1], values[blocks[1]][:inside] + 1)
+    np.testing.assert_array_equal(got["Out"][0], values[blocks[0]])
+    np.testing.assert_array_equal(got["Out"][1], np.concatenate(
+        [values[blocks[1]][:inside], np.full(B - inside, -1, np.int8)]))
+
+
+@pytest.mark.parametrize("K,J,B,block", [(1, 0, 4096, 2**19), (2**30, 3, 1, 2)])
+def test_host_emulated_tile_views_past_2_31(K: int, J: int, B: int, block: int):
+    start = (block * K + J) * B
+    got = emulate(bump_tile, {"X": ((N,), np.int8)}, {}, {}, dict(K=K, J=J, B=B),
+                  (block + 1,), [(block,)],
+                  {"X": [slice(start - 8, start + B + 8)]})
+    np.testing.assert_array_equal(got["X"][0], [0] * 8 + [1] * B + [0] * 8)
+
+
+def test_host_emulated_2d_tile_view_at_the_ragged_corner():
+    cols = 32771
+    rows = N // cols
+    grid = (-(-rows // 16), -(-cols // 64))
+    corner = (grid[0] - 1, grid[1] - 1)
+    r0, c0 = corner[0] * 16, corner[1] * 64
+    got = emulate(bump_box, {"X": ((rows, cols), np.int8)}, {}, {}, dict(R=16, C=64, K=1),
+                  grid, [corner],
+                  {"X": [slice(r * cols + c0 - 4, r * cols + cols) for r in range(r0 - 1, rows)]})
+    assert rows - r0 == 9 and cols - c0 == 3  # 9 rows and 3 columns inside the tile
+    np.testing.assert_array_equal(got["X"][0], [0] * 7)  # the row above the tile
+    for row in got["X"][1:]:
+        np.testing.assert_array_equal(row, [0] * 4 + [1] * 3)
+    assert r0 * cols > 2**31
+
+
+def test_host_emulated_running_offset():
+    S, B, steps = 2**30 + 7, 48, 5
+    got = emulate(running, {"X": ((N,), np.int8)}, {}, {}, dict(S=S, B=B, STEPS=steps),
+                  (3,), [(2,)],
+                  {"X": [slice(2 * S, 2 * S + 2 * steps * B)]})
+    off, want = 0, np.zeros(2 * steps * B, np.int8)
+    for i in range(steps):
+        off += B if i % 2 else 0
+        want[off:off + B] = 1 + i
+        off += B
+    np.testing.assert_array_equal(got["X"][0], want)
+
+
+# --- the GPU: every element of torch tensors past 2^31 -------------------------------------------
+
+@pytest.fixture
+def torch_cuda():  # noqa: ANN201
+    torch = pytest.importorskip("torch")
+    yield torch
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+def test_gpu_every_block_of_the_repro(torch_cuda):  # noqa: ANN001
+    """The issue's repro as written: program_id * 1024 + arange(1024) over every block."""
+    x = torch_cuda.zeros(N, dtype=torch_cuda.int8, device="cuda")
+    put_at[N // 1024](x, 7, S=1024, B=1024)
+    assert bool((x == 7).all())
+
+
+@pytest.mark.gpu
+def test_gpu_masked_load_and_store_of_every_element(torch_cuda):  # noqa: ANN001
+    """Ragged blocks of 1000 (the last one masked) over every element: X += 1, and a copy
+    of X before it (-1 past the end)."""
+    torch = torch_cuda
+    B = 1000
+    grid = -(-N // B)
+    x = torch.randint(-128, 128, (N,), dtype=torch.int8, device="cuda")
+    before = x.clone()
+    out = torch.zeros(grid * B, dtype=torch.int8, device="cuda")
+    bump_tail[grid](x, out, N, S=B, B=B)
+    assert bool((x == before + 1).all())
+    assert bool((out[:N] == before).all()) and bool((out[N:] == -1).all())
+
+
+@pytest.mark.gpu
+def test_gpu_tile_views_over_every_element(torch_cuda):  # noqa: ANN001
+    torch = torch_cuda
+    x = torch.zeros(N, dtype=torch.int8, device="cuda")
+    bump_tile[N // 4096](x, K=1, J=0, B=4096)  # 1-D, every tile
+    assert bool((x == 1).all())
+    cols = 32771
+    rows = N // cols
+    box = x[:rows * cols].view(rows, cols)
+    bump_box[-(-rows // 16), -(-cols // 64)](box, R=16, C=64, K=1)  # 2-D, ragged edges
+    assert bool((box == 2).all()) and bool((x[rows * cols:] == 1).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("engine", [None, "cp_async", "plain"])
+def test_gpu_pipelines_past_2_31(torch_cuda, engine: str | None):  # noqa: ANN001
+    """A 1-D stream near the end (cp.async or plain: not TMA) and every row block of a
+    2-D bf16 tensor of 2^31 + 2^21 elements (TMA when the engine is left to tilekit)."""
+    torch = torch_cuda
+    x = torch.randint(0, 4, (N,), dtype=torch.int8, device="cuda")
+    J = N // 128 - 5  # the last five tiles of 128
+    out = torch.zeros(128, dtype=torch.float32, device="cuda")
+    stream_tail[1](x, out, J=J, B=128, ENGINE=engine)
+    assert bool((out == x[J * 128:].view(-1, 128).to(torch.float32).sum(0)).all())
+    del x
+    y = torch.randint(0, 4, (2**16 + 32, 2**15), dtype=torch.int8, device="cuda")
+    y = y.to(torch.bfloat16)
+    sums = torch.zeros(y.shape[0], dtype=torch.float32, device="cuda")
+    rows_sum[y.shape[0] // 16](y, sums, B=128, ENGINE=engine)
+    assert bool((sums == y.to(torch.float32).sum(1)).all())  # small integers: exact
+
+
+@pytest.mark.gpu
+def test_gpu_atomics_past_2_31(torch_cuda):  # noqa: ANN001
+    torch = torch_cuda
+    x = torch.zeros(2**31 + 2**10, dtype=torch.int32, device="cuda")
+    S, B = 2**30, 32
+    count_at[3](x, S=S, B=B)
+    count_at[3](x, S=S, B=B)
+    at = torch.tensor([p * S + i for p in range(3) for i in range(B)], device="cuda")
+    assert bool((x[at] == 2).all()) and int(x.sum()) == 2 * 3 * B
+
+
+@pytest.mark.gpu
+def test_gpu_a_2d_tma_stream_with_a_dim_past_2_31_is_refused(torch_cuda):  # noqa: ANN001
+    """TMA's coordinates do not reach past 2^31 along a dim: a clear error at the launch,
+    and cp.async, which the hint names, reads the last tiles."""
+    from tilekit.errors import LaunchError
+
+    torch = torch_cuda
+    cols = 2**31 + 256
+    y = torch.zeros(1, cols, dtype=torch.bfloat16, device="cuda")  # 4 GiB
+    y[0, -200:] = 1
+    out = torch.zeros(128, dtype=torch.float32, device="cuda")
+    with pytest.raises(LaunchError, match="TMA_COORDINATE_REACH") as info:
+        row_tail[1](y, out, J=cols // 128 - 2, B=128, ENGINE=None)
+    assert info.value.loc is not None and info.value.loc.file == __file__
+    row_tail[1](y, out, J=cols // 128 - 2, B=128, ENGINE="cp_async")
+    assert out.tolist() == [1.0] * 56 + [2.0] * 72
