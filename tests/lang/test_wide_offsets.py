@@ -604,20 +604,27 @@ def test_host_emulated_tile_views_past_2_31(K: int, J: int, B: int, block: int):
     np.testing.assert_array_equal(got["X"][0], [0] * 8 + [1] * B + [0] * 8)
 
 
-def test_host_emulated_2d_tile_view_at_the_ragged_corner():
+def test_host_emulated_2d_tile_views_past_2_31():
+    """Rows of an odd length (no row is 16-byte aligned but every 16th): an inner tile past
+    2^31 (its rows realigned) and the ragged corner."""
     cols = 32771
     rows = N // cols
     grid = (-(-rows // 16), -(-cols // 64))
-    corner = (grid[0] - 1, grid[1] - 1)
+    inner, corner = (grid[0] - 2, 7), (grid[0] - 1, grid[1] - 1)
+    r1, c1 = inner[0] * 16, inner[1] * 64
     r0, c0 = corner[0] * 16, corner[1] * 64
     got = emulate(bump_box, {"X": ((rows, cols), np.int8)}, {}, {}, dict(R=16, C=64, K=1),
-                  grid, [corner],
-                  {"X": [slice(r * cols + c0 - 4, r * cols + cols) for r in range(r0 - 1, rows)]})
-    assert rows - r0 == 9 and cols - c0 == 3  # 9 rows and 3 columns inside the tile
-    np.testing.assert_array_equal(got["X"][0], [0] * 7)  # the row above the tile
-    for row in got["X"][1:]:
+                  grid, [inner, corner],
+                  {"X": [slice(r * cols + c1 - 1, r * cols + c1 + 65) for r in range(r1 - 1,
+                                                                                      r1 + 17)]
+                   + [slice(r * cols + c0 - 4, r * cols + cols) for r in range(r0 - 1, rows)]})
+    assert r1 * cols > 2**31 and rows - r0 == 9 and cols - c0 == 3
+    inner_rows, corner_rows = got["X"][:18], got["X"][18:]
+    for k, row in enumerate(inner_rows):
+        np.testing.assert_array_equal(row, [0] + [int(0 < k < 17)] * 64 + [0])
+    np.testing.assert_array_equal(corner_rows[0], [0] * 7)  # the row above the corner
+    for row in corner_rows[1:]:
         np.testing.assert_array_equal(row, [0] * 4 + [1] * 3)
-    assert r0 * cols > 2**31
 
 
 def test_host_emulated_running_offset():

@@ -77,9 +77,11 @@ def exact_operands(op: Operation) -> list[int]:
             if wide_tensor(t):
                 out.extend(range(at, at + rank))
             at += rank
-        # The count is made from the first tiles (and is int64 when a stream is): counted
-        # from a wrapped first tile, a loop would run 2^32 steps.
-        return [op.slots.index("count"), *out] if out else []
+        # The count is made from the first tiles (int64, as a 64-bit stream makes it):
+        # counted from a wrapped first tile, the loop would run 2^32 steps.
+        count = op.slots.index("count")
+        wide = op.operands[count].type.dtype is I64
+        return [*([count] if wide else []), *out]
     return []
 
 
