@@ -85,6 +85,19 @@ def bump_tile(X, K: tk.constexpr, J: tk.constexpr, B: tk.constexpr):
 
 
 @tk.kernel
+def copy_tile(X, Out, K: tk.constexpr, J: tk.constexpr, B: tk.constexpr):
+    """Tile program_id * K + J of X (in tiles of B; with B = 1 the tile index itself passes
+    int32) into tile program_id of Out."""
+    Out.tile((B,), (tk.program_id(0),)).store(X.tile((B,), (tk.program_id(0) * K + J,)).load())
+
+
+@tk.kernel
+def copy_box(X, Out, I: tk.constexpr, J: tk.constexpr, R: tk.constexpr, C: tk.constexpr):
+    """Tile (I + program_id, J) of a 2-D X into Out."""
+    Out.tile((R, C), (0, 0)).store(X.tile((R, C), (I + tk.program_id(0), J)).load())
+
+
+@tk.kernel
 def bump_box(X, R: tk.constexpr, C: tk.constexpr, K: tk.constexpr):
     """A 2-D tile view whose elements lie past 2^31: tile (program_id * K, program_id(1))."""
     t = X.tile((R, C), (tk.program_id(0) * K, tk.program_id(1)))
@@ -276,7 +289,8 @@ def types_of(module: Module, name: str) -> list[list[str]]:
 
 
 def test_a_running_offset_is_carried_in_int64_alone():
-    """The loop and the branch carry the int64 offset; the int32 one nobody reads goes."""
+    """The loop and the branch carry the offset in int64; the int32 one, read only to
+    compute itself (through the branch, a carry in a carry), goes."""
     module = case_ir("running", True)
     assert types_of(module, "for") == [["i64"]]
     assert types_of(module, "when") == [["i64"]]
@@ -312,11 +326,16 @@ def test_the_pass_is_idempotent():
 
 
 # --- the interpreter, on 2^31 + 2^20 bytes that cost nothing -----------------------------------
+#
+# The tensors are views of numpy zeros whose pages nothing touches but the kernels: read
+# in place when a kernel only reads them; written through views with a row per program
+# (a huge row stride, a few elements: the interpreter copies what a kernel may write to
+# shadow memory, element by element, and checks bounds exactly, page by page).
 
 @pytest.fixture(params=["interp", pytest.param("cuda", marks=pytest.mark.gpu)])
 def big(request: pytest.FixtureRequest) -> Iterator[np.ndarray]:
-    """2^31 + 2^20 int8 zeros: address space only, until a kernel writes a page. The same
-    tests run on the interpreter and, with a GPU, on the device (the array is copied there
+    """2^31 + 2^20 int8 zeros: address space only, until something writes a page. The
+    same tests run on the interpreter and, with a GPU, on the device (arrays copied there
     and back)."""
     try:
         x = np.zeros(N, np.int8)
@@ -324,6 +343,13 @@ def big(request: pytest.FixtureRequest) -> Iterator[np.ndarray]:
         pytest.skip("no 2 GiB of address space for the tensor")
     with knobs.override(interpret=request.param == "interp"):
         yield x
+
+
+def rows_of(x: np.ndarray, stride: int, width: int, count: int = 3) -> np.ndarray:
+    """``count`` rows of ``width`` elements, ``stride`` apart in ``x`` (a view)."""
+    assert (count - 1) * stride + width <= x.size
+    return np.lib.stride_tricks.as_strided(x, (count, width), (stride * x.itemsize,
+                                                               x.itemsize))
 
 
 def written(x: np.ndarray, lo: int, hi: int) -> list[int]:
@@ -338,33 +364,31 @@ def test_regression_program_id_times_block_wrapped_in_int32(big: np.ndarray, S: 
     int32 offset (an out-of-bounds error in the interpreter, a fault on the GPU). The
     interpreter runs one program at a time, so blocks far apart stand for the whole grid
     (the GPU test covers every block with S == B)."""
-    put_at[3](big, 7, S=S, B=B)
+    put_at[3](rows_of(big, S, B), 7, S=S, B=B)
     for p in range(3):
         assert written(big, p * S - 5, p * S + B + 5) == list(range(p * S, p * S + B))
         assert (big[p * S:p * S + B] == 7).all()
 
 
 def test_masked_load_and_store_past_2_31(big: np.ndarray):
-    S, B = (N - 21) // 2, 37  # program 2's block straddles the end: 15 lanes masked off
+    S, B, inside = 2**30 + 3, 37, 22  # program 2: 22 lanes inside the bound, 15 masked
     rng = np.random.default_rng(2731)
-    starts = [p * S for p in range(3)]
-    for s in starts:
-        stop = min(s + B, N)
-        big[s:stop] = rng.integers(1, 100, stop - s, dtype=np.int8)
-    before = {s: big[s:min(s + B, N)].copy() for s in starts}
+    x = rows_of(big, S, B)
+    x[...] = rng.integers(1, 100, x.shape, dtype=np.int8)
+    before = x.copy()
     out = np.zeros(3 * B, np.int8)
-    bump_tail[3](big, out, N, S=S, B=B)
-    for p, s in enumerate(starts):
-        inside = min(B, N - s)
-        np.testing.assert_array_equal(out[p * B:p * B + inside], before[s])
-        assert (out[p * B + inside:(p + 1) * B] == -1).all()
-        np.testing.assert_array_equal(big[s:s + inside], before[s] + 1)
-    assert N - starts[2] == 22
+    bump_tail[3](x, out, 2 * S + inside, S=S, B=B)
+    want = before.copy()
+    want[:2] += 1
+    want[2, :inside] += 1
+    np.testing.assert_array_equal(x, want)
+    np.testing.assert_array_equal(out[:2 * B + inside], before.reshape(-1)[:2 * B + inside])
+    assert (out[2 * B + inside:] == -1).all()
 
 
 def test_an_offset_carried_through_range_and_when(big: np.ndarray):
     S, B, steps = 2**30 + 7, 48, 5
-    running[3](big, S=S, B=B, STEPS=steps)
+    running[3](rows_of(big, S, 2 * steps * B), S=S, B=B, STEPS=steps)
     for p in range(3):
         off, want = p * S, {}
         for i in range(steps):
@@ -377,24 +401,36 @@ def test_an_offset_carried_through_range_and_when(big: np.ndarray):
 
 @pytest.mark.parametrize("K,J,B", [(2**30, 3, 1), (2**24 + 1, 5, 64)])
 def test_a_tile_index_past_int32(big: np.ndarray, K: int, J: int, B: int):
-    """With B = 1, tile 2 * 2^30 + 3's index is past int32 itself."""
-    bump_tile[3](big, K=K, J=J, B=B)
-    for p in range(3):
-        start = (p * K + J) * B
-        assert written(big, start - 5, start + B + 5) == list(range(start, start + B))
+    """With B = 1, tile 2 * 2^30 + 3's index is past int32 itself (as an int32 it wrapped
+    to a tile before the tensor, which reads padding)."""
+    starts = [(p * K + J) * B for p in range(3)]
+    for s in starts:
+        big[s:s + B] = np.arange(B, dtype=np.int8) + 1
+    out = np.zeros(3 * B, np.int8)
+    copy_tile[3](big, out, K=K, J=J, B=B)
+    np.testing.assert_array_equal(out, np.tile(np.arange(B) + 1, 3))
+    assert starts[2] > 2**31
 
 
 def test_a_2d_tile_view_past_2_31(big: np.ndarray):
-    cols = 32771  # rows of an odd length
+    """Rows of an odd length: an inner tile and the ragged corner, both past 2^31."""
+    cols = 32771
     rows = N // cols
     x = big[:rows * cols].reshape(rows, cols)
-    R, C, K = 16, 64, (rows - 16) // 32
-    bump_box[3, 2](x, R=R, C=C, K=K)
-    for p in range(3):
-        r = p * K * R
-        block = x[r:r + R + 1, :2 * C + 1]
-        assert (block[:R, :2 * C] == 1).all() and block[R].sum() == 0 and block[:, -1].sum() == 0
-    assert 2 * K * R * cols > 2**31
+    R, C = 16, 64
+    tiles = [(rows // R - 1, 7), (rows // R, cols // C)]  # inner, then the corner
+    pattern = (1 + (np.arange(R)[:, None] + np.arange(C)) % 90).astype(np.int8)
+    for i, j in tiles:
+        part = x[i * R:(i + 1) * R, j * C:(j + 1) * C]
+        part[...] = pattern[:part.shape[0], :part.shape[1]]
+    for i, j in tiles:
+        out = np.full((R, C), -1, np.int8)
+        copy_box[1](x, out, I=i, J=j, R=R, C=C)
+        want = np.zeros((R, C), np.int8)
+        part = x[i * R:(i + 1) * R, j * C:(j + 1) * C]
+        want[:part.shape[0], :part.shape[1]] = part
+        np.testing.assert_array_equal(out, want)
+        assert i * R * cols > 2**31 and (part != 0).all()
 
 
 @pytest.mark.parametrize("S,J,B", [(2**30, 2**20 - 5, 1), (2**24, N // 64 - 2**25 - 3, 64)])
@@ -424,7 +460,7 @@ def test_offsets_stored_as_data_keep_int32(big: np.ndarray):
     arithmetic does everywhere else."""
     S, B = 2**30 + 3, 40
     y = np.zeros(3 * B, np.int32)
-    offsets_as_data[3](big, y, S=S, B=B)
+    offsets_as_data[3](rows_of(big, S, B), y, S=S, B=B)
     exact = np.array([p * S + i for p in range(3) for i in range(B)], np.int64)
     np.testing.assert_array_equal(y, exact.astype(np.int32))  # wrapped for program 2
     assert (y[2 * B:] < 0).all() and all((big[o] == 5) for o in exact)

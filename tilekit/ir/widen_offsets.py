@@ -319,7 +319,8 @@ def widen_offsets(module: Module) -> Module:
             for i in positions:
                 op.operands[i] = w.twin(op.operands[i], op.loc)
         # An original carried only to compute itself (a running offset the twin replaced)
-        # goes, and with it the pure ops that read it.
+        # goes, and with it the pure ops that read it. Decided over all of them at once:
+        # DCE's rule, one carry at a time, keeps a carry that an inner `when` reads.
         dead = set(w.carried) - _live_carries(fn, set(w.carried))
         for key in sorted(dead, key=lambda c: -c[1]):
             _drop_carry(w.carriers[key[0]], key[1])
