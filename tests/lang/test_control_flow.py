@@ -597,3 +597,66 @@ def test_python_loop_with_a_runtime_exit_must_end_on_its_own():
     with tk.knobs.override(interpret=True), expect("has unrolled 1024 iterations",
                                                    "endless", hint="tk.range"):
         k[1](_ints(), 3)
+
+
+@tk.kernel
+def first_bound_across_iterations(X, Y, n, every):
+    """`v` is bound only in some iterations (under a tk.when, or before a break): later
+    iterations keep the last value, as in Python; `w` is read before it is bound again."""
+    pid = tk.program_id(0)
+    w = 0.0
+    for j in tk.range(0, n):
+        with tk.when(j % every == 0):
+            v = tk.load(X, pid * n + j)
+        w = w + v
+    tk.store(Y, pid * 2, v)
+    tk.store(Y, pid * 2 + 1, w)
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.parametrize("n, every", [(1, 1), (7, 3), (10, 4), (5, 9)])
+def test_a_name_bound_in_some_iterations_keeps_its_value(n, every):
+    programs = 3
+    x = rng_for("some", n, every).standard_normal(n * programs).astype(np.float32)
+    y = poison(2 * programs, np.float32)
+    run(first_bound_across_iterations, (programs,), x, y, n, every)
+    for pid in range(programs):
+        v, w = np.float32(0), np.float32(0)
+        for j in range(n):
+            if j % every == 0:
+                v = x[pid * n + j]
+            w = np.float32(w + v)
+        assert y[2 * pid:2 * pid + 2].tolist() == [v, w]
+
+
+@tk.kernel
+def bound_then_break(X, Y, n):
+    pid = tk.program_id(0)
+    for _ in tk.range(0, n):
+        v = tk.load(X, pid) + 1.0
+        break
+    tk.store(Y, pid, v)
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_a_name_bound_before_a_break_survives_the_loop(n):
+    x = rng_for("brk-bound", n).standard_normal(4).astype(np.float32)
+    y = poison(4, np.float32)
+    run(bound_then_break, (4,), x, y, n)
+    assert y.tolist() == (x + np.float32(1)).tolist()
+
+
+def test_a_name_bound_only_in_skipped_code_is_an_error_at_its_read():
+    @tk.kernel
+    def k(X, Y, n):
+        pid = tk.program_id(0)
+        with tk.when(n >= 2):
+            for _ in tk.static_range(1):
+                return
+            v = tk.load(X, pid)  # never traced: the loop above always returns
+        tk.store(Y, pid, v)  # <-- unbound-read
+
+    with tk.knobs.override(interpret=True), expect("while kernel `k` was traced",
+                                                   "unbound-read", hint="bind it before"):
+        k[1](np.zeros(4, np.float32), np.zeros(4, np.float32), 3)

@@ -723,7 +723,7 @@ def test_tiles_of_the_body_do_not_escape():
     def k(X, Y):
         seen = [None]
         for i, x in tk.pipeline(X.tiles((1, 4), row=0)):
-            seen[0] = x
+            seen[0] = x * 2
         Y.tile((1,), (0,)).store(tk.sum(seen[0], axis=1))  # <-- escape
 
     with expect("`seen[0]` was computed inside", "escape", hint="assign a tile to `seen[0]`"):

@@ -11,12 +11,11 @@ The passes that belong to no later stage live here: dead-code elimination.
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from tilekit import knobs
-from tilekit.ir.core import Block, BlockArgument, Function, Module, Operation
+from tilekit.ir.core import Block, BlockArgument, Function, Module, Operation, Value
 from tilekit.ir.printer import print_module
 from tilekit.ir.verifier import verify
 from tilekit.record import Frozen
@@ -100,26 +99,80 @@ def _carried_args(op: Operation) -> list[BlockArgument] | None:
     return None
 
 
-def _prune_carried(block: Block, used: Counter[int]) -> bool:
-    """Drop carried values of ``for``/``pipeline``/``when`` ops that nobody reads after the
-    op and that the body reads only to compute their own next value (a name first bound in a
-    loop and read after it is carried; when the read is gone, so is the carried value)."""
+def _live_values(fn: Function) -> set[int]:
+    """The values a function's effects need, as ids: backward liveness from every op with
+    an effect, through pure ops, and through carried values: a live result or carried
+    argument of a ``for``/``pipeline``/``when`` makes its init and its body's yield at that
+    place live, and nothing else does (so a value carried around a loop, or from an inner
+    loop to an outer one, that no effect ever reads is dead, however it is threaded)."""
+    producer: dict[int, tuple[Operation, int]] = {}  # pure op result -> (op, -1); carried
+    slot: dict[int, tuple[Operation, int]] = {}      # result or argument -> (control op, j)
+    live: set[int] = set()
+    work: list[Value] = []
+
+    def need(v: Value) -> None:
+        if id(v) not in live:
+            live.add(id(v))
+            work.append(v)
+
+    def visit(block: Block) -> None:
+        for op in block.ops:
+            args = _carried_args(op)
+            if args is not None:
+                for j, r in enumerate(op.results):
+                    slot[id(r)] = (op, j)
+                for j, a in enumerate(args):
+                    slot[id(a)] = (op, j)
+                for v, name in zip(op.operands, op.slots):
+                    if name != "inits":
+                        need(v)
+            elif op.opdef.is_terminator:
+                pass  # a yield is read through its op's slots
+            elif op.opdef.is_pure and not op.regions:
+                for r in op.results:
+                    producer[id(r)] = (op, -1)
+            else:
+                for v in op.operands:
+                    need(v)
+            for region in op.regions:
+                for inner in region.blocks:
+                    visit(inner)
+
+    visit(fn.entry)
+    while work:
+        v = work.pop()
+        if id(v) in slot:
+            op, j = slot[id(v)]
+            need(op.variadic("inits")[j])
+            term = op.regions[0].block.terminator
+            assert term is not None
+            need(term.operands[j])
+        elif id(v) in producer:
+            for operand in producer[id(v)][0].operands:
+                need(operand)
+    return live
+
+
+def _prune_carried(block: Block, live: set[int]) -> bool:
+    """Drop the carried values of ``for``/``pipeline``/``when`` ops that nothing live reads
+    (``_live_values``): a name first bound in a loop and read after it is carried; when
+    nothing reads it, the carried value goes."""
     changed = False
     for op in block.ops:
         for region in op.regions:
             for inner in region.blocks:
-                changed |= _prune_carried(inner, used)
+                changed |= _prune_carried(inner, live)
         args = _carried_args(op)
         if args is None or not op.results:
             continue
-        body = op.regions[0].block
-        term = body.terminator
-        assert term is not None
         dead = [j for j, result in enumerate(op.results)
-                if not used[id(result)] and (not args or not _feeds_more_than(body, j, args[j]))]
+                if id(result) not in live and (not args or id(args[j]) not in live)]
         if not dead:
             continue
         changed = True
+        body = op.regions[0].block
+        term = body.terminator
+        assert term is not None
         keep = [j for j in range(len(op.results)) if j not in dead]
         inits = op.variadic("inits")
         head = [(v, s) for v, s in zip(op.operands, op.slots) if s != "inits"]
@@ -135,39 +188,15 @@ def _prune_carried(block: Block, used: Counter[int]) -> bool:
     return changed
 
 
-def _feeds_more_than(body: Block, slot: int, arg: BlockArgument) -> bool:
-    """Whether a loop body reads ``arg`` for anything but computing its own next value (the
-    yield at ``slot``): backward liveness over the body with every other yield and every
-    effect or region as a root."""
-    term = body.ops[-1]
-    needed = {id(v) for i, v in enumerate(term.operands) if i != slot}
-    for op in reversed(body.ops[:-1]):
-        root = not op.opdef.is_pure or op.regions
-        if root or any(id(r) in needed for r in op.results):
-            for inner in op.walk():
-                needed.update(id(v) for v in inner.operands)
-    return id(arg) in needed
-
-
-def _use_counts(block: Block, used: Counter[int]) -> None:
-    for op in block.ops:
-        used.update(id(v) for v in op.operands)
-        for region in op.regions:
-            for inner in region.blocks:
-                _use_counts(inner, used)
-
-
 def eliminate_dead_code(module: Module) -> Module:
-    """Drop pure ops whose results nobody reads, and carried values nobody reads
+    """Drop pure ops whose results nobody reads, and carried values no effect needs
     (repeated until nothing changes).
 
     Effects (loads included, since they may fault) and control flow are kept.
     """
     for fn in module.functions:
         while True:
-            counts: Counter[int] = Counter()
-            _use_counts(fn.entry, counts)
-            pruned = _prune_carried(fn.entry, counts)
+            pruned = _prune_carried(fn.entry, _live_values(fn))
             used: set[int] = set()
             _used_ids(fn.entry, used)
             if not _sweep(fn.entry, used) and not pruned:

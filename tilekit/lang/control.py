@@ -296,6 +296,21 @@ class _BodyScope:
         self._insert_before(op)
         return op.result
 
+    def _unbound_zero(self, name: str, t: TileType) -> Value:
+        """The value of a name not bound yet, before this scope: zero. Noted in the trace, so
+        that a loop around us that carries the name reads its previous iteration instead."""
+        value = self._constant_before(_zero(t), t)
+        self.state.unbound_zeros.append((value, name))
+        return value
+
+    def _read_previous_iteration(self, name: str, arg: BlockArgument, body: set[int]) -> None:
+        """Where a scope inside this loop's body took ``name`` as unbound (``_unbound_zero``),
+        it now reads the value the previous iteration left (``arg``): in Python a name a loop
+        binds stays bound in its later iterations."""
+        for value, noted in self.state.unbound_zeros:
+            if noted == name and id(value) in body and value.type == arg.type:
+                replace_uses(self.block.ops, value, arg)
+
     def _cannot_follow(self, path: Path, before: Any, after: Any) -> TraceError:
         name = _path_name(path)
         line = f" (line {self.loc.line})" if self.loc else ""
@@ -539,11 +554,16 @@ class _LoopTrace(_BodyScope):
             carried[id(arg)] = _Carried(before, tile.value, "a tile", [tile], arg)
         # Names first bound in the body and read after it: carried from zero.
         inner = body_defs | {id(a) for a in self.block.args}
+        already = {id(t) for c in carried.values() for t in c.exits}
         for path, tile in self._new_live_tiles(self.entry, exit_, inner):
+            if id(tile) in already:  # also under a name the loop carries (`last = i`)
+                continue
             t = tile.type
             arg = self.block.add_arg(t)
-            carried[id(arg)] = _Carried(self._constant_before(_zero(t), t), tile.value,
-                                        _path_name(path), [tile], arg)
+            name = _path_name(path)
+            self._read_previous_iteration(name, arg, body_defs)
+            carried[id(arg)] = _Carried(self._unbound_zero(name, t), tile.value, name,
+                                        [tile], arg)
         # Unchanged provisional arguments read the outer value again.
         restore: dict[int, Value] = {}
         dead: list[BlockArgument] = []
@@ -756,10 +776,12 @@ class when(_BodyScope):
                 continue
             carried[id(tile)] = _Carried(before, tile._value, "a tile", [tile])
         # Names first bound in the body and read after it: zero where the condition is false.
+        already = {id(t) for c in carried.values() for t in c.exits}
         for path, tile in self._new_live_tiles(self.entry, exit_, body_defs):
-            if id(tile) not in carried:
-                carried[id(tile)] = _Carried(self._constant_before(_zero(tile.type), tile.type),
-                                             tile.value, _path_name(path), [tile])
+            if id(tile) not in already:
+                name = _path_name(path)
+                carried[id(tile)] = _Carried(self._unbound_zero(name, tile.type), tile.value,
+                                             name, [tile])
         order = list(carried.values())
         self.block.append(self.state.builder.create(
             "yield", {"values": [c.new for c in order]}, loc=self.loc, insert=False))

@@ -163,6 +163,17 @@ def _recursion_error(kernel: str, exc: RecursionError) -> TraceError:
                "for a loop at run time, use `for i in tk.range(...)`"])
 
 
+def _unbound_error(kernel: str, exc: UnboundLocalError) -> TraceError:
+    """A local read before anything bound it, while tracing: at the user's line, saying why
+    that happens in a kernel (the binding is in code the trace skipped)."""
+    frames = user_frames(exc.__traceback__)
+    return TraceError(
+        f"{exc} while kernel `{kernel}` was traced", frame_loc(frames[-1]) if frames else None,
+        hints=["the statements that bind it did not run while tracing: they come after a "
+               "`return`, `break` or `continue` that always runs, or sit under a Python `if` "
+               "that is false; bind it before (e.g. `v = tk.zeros(...)`)"])
+
+
 class KernelFunction:
     """A ``@tilekit.kernel`` function."""
 
@@ -323,6 +334,8 @@ class KernelFunction:
                 result = convert.kernel_body(self.fn)(**call_args)
             except RecursionError as exc:
                 raise _recursion_error(self.name, exc) from None
+            except UnboundLocalError as exc:
+                raise _unbound_error(self.name, exc) from None
             control.check_closed(state)
         if result is not None:
             raise TraceError(f"kernel `{self.name}` returned a value; kernels write their "

@@ -437,7 +437,10 @@ class _ScopeHooks:
         names = {n for n in assigned_names(body)
                  if not n.startswith(TEMP) and n not in self.outer and n not in targets}
         inner = _loads(body)
-        live = {n for n in names | targets if self.loads[n] > inner[n]}
+        # after a `with`, what is read outside its body; after a loop, what is read anywhere:
+        # a later iteration may read a name the body binds before binding it again
+        floor = {n: 0 for n in names | targets} if isinstance(node, ast.For) else inner
+        live = {n for n in names | targets if self.loads[n] > floor[n]}
         result = f"{TEMP}p{self.counter}"
         if isinstance(node, ast.For):
             subject = getattr(node, "_tk_iterator", None) or f"{TEMP}it{self.counter}x"

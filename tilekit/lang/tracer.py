@@ -73,6 +73,9 @@ class TraceState:
         #: Python loops unrolled while a ``break`` or ``return`` in them depends on a runtime
         #: value, by source line (``tilekit.lang.flow.static_stop`` caps them).
         self.guarded_unrolls: Counter[tuple[str, int]] = Counter()
+        #: Zeros standing for names a scope's body binds first (``control``): a loop around
+        #: that scope that carries the name replaces them with its previous iteration's value.
+        self.unbound_zeros: list[tuple[Value, str]] = []
 
     def emit(
         self,
