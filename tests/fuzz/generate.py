@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from tests.fuzz.program import (
@@ -169,13 +169,22 @@ class Var:
     hi: int = 0  # Python ints: an upper bound of the value while tracing (they are >= 0)
 
 
-SMALL_SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 13, 64, 100, 128, 129)
+# tile sizes: powers of two and ragged ones, mostly large enough to tell elements apart
+TILE_1D = ((3, 16), (1, 1), (1, 2), (1, 3), (2, 5), (3, 7), (3, 8), (3, 17), (3, 32), (3, 33),
+           (2, 13), (2, 64), (1, 100), (2, 128), (1, 129))
+TILE_2D = ((3, 4), (1, 1), (1, 2), (2, 3), (2, 5), (3, 8), (3, 16), (2, 17), (2, 32), (2, 7),
+           (2, 12))
 SIZES_2D = (1, 2, 3, 4, 5, 8, 16, 17, 32, 7, 12)
 DOT_K = (1, 2, 3, 4, 8, 16, 13, 32, 5)
 # simplest first
 DTYPES = (DType.FLOAT32, DType.INT32, DType.FLOAT16, DType.BOOL, DType.INT8, DType.BFLOAT16,
           DType.UINT8, DType.INT64, DType.FLOAT64, DType.UINT32, DType.INT16, DType.UINT16,
           DType.UINT64)
+# tensors: half of them floats, where most numerics live
+TENSOR_DTYPES = ((20, DType.FLOAT32), (10, DType.INT32), (12, DType.FLOAT16), (6, DType.BOOL),
+                 (6, DType.INT8), (10, DType.BFLOAT16), (5, DType.UINT8), (6, DType.INT64),
+                 (8, DType.FLOAT64), (5, DType.UINT32), (4, DType.INT16), (4, DType.UINT16),
+                 (4, DType.UINT64))
 FLOAT_LITERALS = (0.5, 1.0, -2.0, 0.0, -0.0, 3.25, 1e-3, 100.0, 1e30, -7.5, math.inf,
                   -math.inf, math.nan, 65504.0, 1e-40)
 UNARY_OPS = ("neg", "abs", "not") + MATH
@@ -224,10 +233,10 @@ class Generator:
         d = self.d
         two_d = chance(d, 40)
         if two_d:
-            self.tile = (choice(d, SIZES_2D), choice(d, SIZES_2D))
+            self.tile = (weighted(d, TILE_2D), weighted(d, TILE_2D))
             grid = (d.int(1, 3), d.int(1, 3))
         else:
-            self.tile = (choice(d, SMALL_SIZES),)
+            self.tile = (weighted(d, TILE_1D),)
             grid = (d.int(1, 5),)
         self.rank = len(self.tile)
         self.grid = grid
@@ -269,6 +278,11 @@ class Generator:
             v = self.bind(("rows", "cols")[axis], expr.ty, pure=True, mutable=False)
             body.append(Assign(v.name, expr))
             self.coords.append(v)
+        for t in self.inputs:  # this program's tile of some inputs: the data most values use
+            if len(t.shape) == self.rank and chance(d, 70):
+                e = self.tile_load(self.tile, t)
+                v = self.bind(self.fresh("x"), e.ty, pure=t.dtype not in FLOATS)
+                body.append(Assign(v.name, e))
         body += self.block(self.f.max_stmts, top=True)
         for out in list(self.unstored):
             body.append(self.store(out))
@@ -283,7 +297,7 @@ class Generator:
             shape = extent
         else:
             shape = tuple(max(1, e + d.int(-4, 4) * (d.int(0, 1))) for e in extent)
-        dt = choice(d, DTYPES)
+        dt = weighted(d, TENSOR_DTYPES)
         view = ""
         if chance(d, 15):
             view = "step" if self.rank == 1 or chance(d, 50) else "T"
@@ -307,8 +321,8 @@ class Generator:
         options: list[tuple[int, str]] = [(10, "assign")]
         if any(v.mutable and not v.ty.is_py for v in self.vars):
             options += [(4, "rebind"), (3, "aug")]
-        if self.unstored:
-            options.append((3 if not top else 2, "store"))
+        if self.unstored and sum(1 for v in self.vars if v.mutable) >= 4:
+            options.append((1, "store"))
         if self.nest < 3:
             options += [(3, "range"), (3, "when"), (1, "static")]
         if self.runtime_depth == 0:
@@ -328,10 +342,10 @@ class Generator:
         return getattr(self, "stmt_" + what)()
 
     def main_shape_or_sub(self) -> Shape:
-        options: list[Shape] = [self.tile, ()]
+        options: list[tuple[int, Shape]] = [(7, self.tile), (2, ())]
         if self.rank == 2:
-            options += [(self.tile[0], 1), (1, self.tile[1])]
-        return choice(self.d, options)
+            options += [(1, (self.tile[0], 1)), (1, (1, self.tile[1]))]
+        return weighted(self.d, options)
 
     def fresh_value(self, e: Expr) -> Expr:
         """``e``, made a new value where tilekit would hand back an operand unchanged (a
@@ -398,10 +412,11 @@ class Generator:
     def store(self, out: TensorSpec) -> Stmt:
         d = self.d
         shape = self.main_shape_or_sub()
-        if chance(d, 8):
-            value: Expr = self.literal_for(out.dtype)
-        else:
-            value = self.expr(shape, self.f.max_depth)
+        value = self.sink(shape) if chance(d, 70) else self.expr(shape, self.f.max_depth + 1)
+        if chance(d, 60) and not value.ty.is_py:  # mostly keep every bit of the value
+            out = self.retype(out, value.ty.dtype)
+        if chance(d, 3):
+            value = self.literal_for(out.dtype)
         if chance(d, 60):
             return TileStore(out.name, self.tile, tuple(self.name(p) for p in self.pids), value)
         offsets, mask = self.own_offsets(out)
@@ -412,6 +427,52 @@ class Generator:
         if value.ty.shape and broadcast(value.ty.shape, offsets.ty.shape) != offsets.ty.shape:
             value = BroadcastTo(value, offsets.ty.shape, Ty(value.ty.elem, offsets.ty.shape))
         return MaskedStore(out.name, offsets, value, mask)
+
+    def sink(self, shape: Shape) -> Expr:
+        """A value that combines names computed so far (so that their values reach an
+        output), or a fresh expression when there are none."""
+        d = self.d
+        cands = [v for v in self.vars if not v.ty.is_py and v.mutable
+                 and broadcast(v.ty.shape, shape) == shape]
+        full = [v for v in cands if v.ty.shape == shape]
+        if full and chance(d, 80):
+            cands = full
+        if not cands:
+            return self.expr(shape, self.f.max_depth + 1)
+        pool = list(cands[-4:] if chance(d, 60) else cands)
+        picked = []
+        for _ in range(min(len(pool), d.int(1, 3))):
+            picked.append(pool.pop(d.int(0, len(pool) - 1)))
+        e: Expr = self.name(picked[0])
+        for v in picked[1:]:
+            b = self.name(v)
+            op = choice(d, ("add", "mul", "sub", "maximum", "minimum", "where"))
+            if op == "where":
+                c = self.coerce(self._expr(self.sub_of(shape), 1), "bool")
+                ty = Ty(promote(e.ty.dtype, b.ty.dtype), broadcast(broadcast(
+                    c.ty.shape, e.ty.shape), b.ty.shape))
+                e = Where(c, e, b, ty)
+                continue
+            e = Bin(op, e, b, self.bin_ty(op, e.ty, b.ty), "fn" if op in ("maximum", "minimum")
+                    else "op")
+        if chance(d, 40):
+            e = self.x_unary_of(e)
+        if e.ty.shape != shape:
+            e = BroadcastTo(e, shape, Ty(e.ty.elem, shape))
+        return e
+
+    def x_unary_of(self, a: Expr) -> Expr:
+        op = choice(self.d, UNARY_OPS)
+        if op == "not" and a.ty.elem in FLOATS:
+            op = "neg"
+        _, res = unary_dtype(op, a.ty.dtype)
+        return Un(op, a, Ty(res, a.ty.shape))
+
+    def retype(self, out: TensorSpec, dt: DType) -> TensorSpec:
+        """The output ``out`` made of type ``dt`` (outputs' types are chosen at their store)."""
+        new = replace(out, dtype=dt)
+        self.outputs = [new if t.name == out.name else t for t in self.outputs]
+        return new
 
     def own_offsets(self, t: TensorSpec, shift: tuple[int, ...] = ()) -> tuple[Expr, Expr]:
         """Element offsets of this program's tile of ``t`` (shifted by ``shift`` elements),
@@ -711,11 +772,11 @@ class Generator:
         d = self.d
         if depth <= 0:
             return self.leaf(shape)
-        options: list[tuple[int, str]] = [(6, "leaf"), (10, "binary"), (4, "unary"),
-                                          (3, "cast"), (3, "where")]
+        options: list[tuple[int, str]] = [(4, "leaf"), (12, "binary"), (5, "unary"),
+                                          (2, "cast"), (3, "where")]
         options += [(1, "fma"), (1, "bitcast")]
         if len(shape) <= 1:
-            options.append((3, "reduce"))
+            options.append((3 if shape else 8, "reduce"))
         if len(shape) == 2:
             options += [(2, "reduce"), (3, "dot"), (1, "transpose")]
             if 1 in shape:
@@ -731,9 +792,12 @@ class Generator:
     def leaf(self, shape: Shape) -> Expr:
         d = self.d
         names = [v for v in self.vars if v.ty.shape == shape and not v.ty.is_py]
-        options: list[tuple[int, str]] = [(2, "full")]
+        data = [v for v in names if v.mutable]
+        options: list[tuple[int, str]] = [(1, "full")]
         if names:
-            options.append((8, "name"))
+            options.append((4, "name"))
+        if data:
+            options.append((8, "data"))
         if shape and any(len(t.shape) == len(shape) for t in self.inputs):
             options.append((6, "tile_load"))
         if shape == self.tile:
@@ -743,10 +807,12 @@ class Generator:
         if len(shape) == 2 and not any(len(t.shape) == 2 for t in self.inputs):
             options.append((5, "outer"))
         if shape == ():
-            options.append((3, "name_scalar"))
+            options.append((2, "name_scalar"))
         what = weighted(d, options)
         if what == "name":
             return self.name(choice(d, names))
+        if what == "data":  # computed values, recent ones first
+            return self.name(choice(d, data[-3:] if chance(d, 60) else data))
         if what == "name_scalar":
             cands = [v for v in self.vars if v.ty.shape == () and not v.ty.is_py]
             if cands:
@@ -797,9 +863,10 @@ class Generator:
         x = self.conform(self.pure_expr((), want_bool=False), Ty(DType.INT32))
         return Bin("mod", x, Lit(3, Ty(Py.INT)), Ty(DType.INT32))
 
-    def tile_load(self, shape: Shape) -> Expr:
+    def tile_load(self, shape: Shape, t: TensorSpec | None = None) -> Expr:
         d = self.d
-        t = choice(d, [t for t in self.inputs if len(t.shape) == len(shape)])
+        if t is None:
+            t = choice(d, [t for t in self.inputs if len(t.shape) == len(shape)])
         index = tuple(self.index_expr(a) for a in range(len(shape)))
         other = None
         if chance(d, 30):
@@ -961,12 +1028,13 @@ class Generator:
         return self._expr(shape, depth)
 
     def _split(self, shape: Shape) -> tuple[Shape, Shape]:
+        """Operand shapes that broadcast to ``shape`` (mostly ``shape`` itself)."""
         d = self.d
-        options = [(shape, shape), (shape, ()), ((), shape)]
+        options = [(6, (shape, shape)), (2, (shape, ())), (1, ((), shape))]
         if len(shape) == 2:
-            options += [((shape[0], 1), (1, shape[1])), (shape, (1, shape[1])),
-                        ((shape[0], 1), shape)]
-        return choice(d, options)
+            options += [(1, ((shape[0], 1), (1, shape[1]))), (1, (shape, (1, shape[1]))),
+                        (1, ((shape[0], 1), shape))]
+        return weighted(d, options)
 
     def x_binary(self, shape: Shape, depth: int) -> Expr:
         d = self.d
@@ -1041,7 +1109,7 @@ class Generator:
         return Un(op, a, Ty(res, shape))
 
     def x_cast(self, shape: Shape, depth: int) -> Expr:
-        dt = choice(self.d, ALL_DTYPES)
+        dt = weighted(self.d, TENSOR_DTYPES)
         a = self._expr(shape, depth)
         return Cast(a, dt, Ty(dt, shape))
 

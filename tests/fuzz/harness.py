@@ -29,8 +29,8 @@ from tilekit.ir.dtypes import DType
 
 # --- inputs -----------------------------------------------------------------------------------
 
-SPECIAL_FLOATS = (0.0, -0.0, math_inf := float("inf"), -math_inf, float("nan"), 1.0, -1.0, 0.5,
-                  65504.0, 1e-8, -3e38, 1e-45, 2.0 ** -126, 255.0, -128.5)
+SPECIAL_FLOATS = (0.0, -0.0, math_inf := float("inf"), -math_inf, float("nan"), float("nan"),
+                  1.0, -1.0, 0.5, 65504.0, 1e-8, -3e38, 1e-45, 2.0 ** -126, 255.0, -128.5)
 
 
 def random_values(rng: np.random.Generator, shape: tuple[int, ...], d: DType) -> np.ndarray:
@@ -44,7 +44,7 @@ def random_values(rng: np.random.Generator, shape: tuple[int, ...], d: DType) ->
         special = np.array(SPECIAL_FLOATS)[rng.integers(0, len(SPECIAL_FLOATS), size=n)]
         v = np.where(kind < 12, small, v)
         v = np.where((kind >= 12) & (kind < 20), wide, v)
-        v = np.where(kind >= 95, special, v)
+        v = np.where(kind >= 92, special, v)
         with np.errstate(over="ignore"):
             return R.store(R.round_to(v, d), d).reshape(shape)
     if d is DType.BOOL:
