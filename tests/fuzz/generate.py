@@ -166,7 +166,8 @@ class Var:
     ty: Ty
     pure: bool  # computed from integers and bools only: exact, usable as an index
     mutable: bool = True
-    hi: int = 0  # Python ints: an upper bound of the value while tracing (they are >= 0)
+    hi: int = 0
+    data: bool = False  # an input's tile, never rebound: values that differ per element  # Python ints: an upper bound of the value while tracing (they are >= 0)
 
 
 # tile sizes: powers of two and ragged ones, mostly large enough to tell elements apart
@@ -281,7 +282,8 @@ class Generator:
         for t in self.inputs:  # this program's tile of some inputs: the data most values use
             if len(t.shape) == self.rank and chance(d, 70):
                 e = self.tile_load(self.tile, t)
-                v = self.bind(self.fresh("x"), e.ty, pure=t.dtype not in FLOATS)
+                v = self.bind(self.fresh("x"), e.ty, pure=t.dtype not in FLOATS, mutable=False)
+                v.data = True
                 body.append(Assign(v.name, e))
         body += self.block(self.f.max_stmts, top=True)
         for out in list(self.unstored):
@@ -432,7 +434,7 @@ class Generator:
         """A value that combines names computed so far (so that their values reach an
         output), or a fresh expression when there are none."""
         d = self.d
-        cands = [v for v in self.vars if not v.ty.is_py and v.mutable
+        cands = [v for v in self.vars if not v.ty.is_py and (v.mutable or v.data)
                  and broadcast(v.ty.shape, shape) == shape]
         full = [v for v in cands if v.ty.shape == shape]
         if full and chance(d, 80):
@@ -440,6 +442,9 @@ class Generator:
         if not cands:
             return self.expr(shape, self.f.max_depth + 1)
         pool = list(cands[-4:] if chance(d, 60) else cands)
+        loads = [v for v in cands if v.data and v not in pool]
+        if loads and chance(d, 60):
+            pool.append(choice(d, loads))
         picked = []
         for _ in range(min(len(pool), d.int(1, 3))):
             picked.append(pool.pop(d.int(0, len(pool) - 1)))
@@ -455,14 +460,14 @@ class Generator:
                 continue
             e = Bin(op, e, b, self.bin_ty(op, e.ty, b.ty), "fn" if op in ("maximum", "minimum")
                     else "op")
-        if chance(d, 40):
+        if chance(d, 20):
             e = self.x_unary_of(e)
         if e.ty.shape != shape:
             e = BroadcastTo(e, shape, Ty(e.ty.elem, shape))
         return e
 
     def x_unary_of(self, a: Expr) -> Expr:
-        op = choice(self.d, UNARY_OPS)
+        op = choice(self.d, [o for o in UNARY_OPS if o != "isnan"])
         if op == "not" and a.ty.elem in FLOATS:
             op = "neg"
         _, res = unary_dtype(op, a.ty.dtype)
@@ -792,7 +797,7 @@ class Generator:
     def leaf(self, shape: Shape) -> Expr:
         d = self.d
         names = [v for v in self.vars if v.ty.shape == shape and not v.ty.is_py]
-        data = [v for v in names if v.mutable]
+        data = [v for v in names if v.mutable or v.data]
         options: list[tuple[int, str]] = [(1, "full")]
         if names:
             options.append((4, "name"))

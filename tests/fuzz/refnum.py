@@ -550,7 +550,8 @@ def fma(a: V, b: V, c: V) -> V:
     d = a.dtype
     fa, fb, fc = to_f64(a.v), to_f64(b.v), to_f64(c.v)
     inner = d if d is F64 else F32
-    flat = [_fma_exact(x, y, z, inner) for x, y, z in zip(fa.ravel(), fb.ravel(), fc.ravel())]
+    flat = [_fma_exact(float(x), float(y), float(z), inner)
+            for x, y, z in zip(fa.ravel(), fb.ravel(), fc.ravel())]
     r = round_to(np.array(flat, dtype=np.float64).reshape(fa.shape), d)
     approx = (a.e > 0) | (b.e > 0) | (c.e > 0)
     with np.errstate(all="ignore"):
