@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import builtins
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -398,14 +398,16 @@ class _BodyScope:
             out.append((path, t))
         return out
 
-    def _poison_escapes(self, exit_tiles: dict[Path, Tile], carried_exits: set[int]) -> None:
-        """Tiles still holding body-only values after the scope: mark them."""
+    def _poison_escapes(self, exit_tiles: dict[Path, Tile], carried_exits: set[int],
+                        others: Sequence[Tile] = ()) -> None:
+        """Tiles still holding body-only values after the scope: mark them (``others``: a
+        loop's entry tiles, updated in place in the body and then rebound away)."""
         inner = _defined_in(self.block)
         inner.update(id(a) for a in self.block.args)
         names: dict[int, str] = {}
         for path, t in exit_tiles.items():
             names.setdefault(id(t), _path_name(path))
-        for t in self.scope.created + list(exit_tiles.values()):
+        for t in self.scope.created + list(exit_tiles.values()) + list(others):
             if id(t) in carried_exits or isinstance(t._value, Escaped):
                 continue
             if id(t._value) in inner:
@@ -545,7 +547,8 @@ class _LoopTrace(_BodyScope):
         # Tiles updated in place but not visible in the locals (held elsewhere).
         body_defs = _defined_in(self.block)
         for tile, before in self.scope.mutated.values():
-            if id(tile) in self.provisional or id(before) in body_defs:
+            if id(tile) in self.provisional or id(before) in body_defs \
+                    or isinstance(tile._value, Escaped):
                 continue
             if any(tile in c.exits for c in carried.values()):
                 continue
@@ -603,7 +606,7 @@ class _LoopTrace(_BodyScope):
                         f"`{carried[id(arg)].name}`, which the loop reassigns", self.loc,
                         hints=["copy the tile before the loop, e.g. `b = a + 0`"])
                 tile._assign(outer)
-        self._poison_escapes(exit_.tiles, exits)
+        self._poison_escapes(exit_.tiles, exits, [p[0] for p in self.provisional.values()])
         self._set_rebind(exit_, replaced)
 
     def _set_rebind(self, exit_: _Snapshot, replaced: dict[Path, Tile]) -> None:
@@ -772,7 +775,8 @@ class when(_BodyScope):
         self._check_objects(self.entry, exit_)
         body_defs = _defined_in(self.block)
         for tile, before in self.scope.mutated.values():
-            if id(tile) in carried or id(before) in body_defs or tile._value is before:
+            if id(tile) in carried or id(before) in body_defs or tile._value is before \
+                    or isinstance(tile._value, Escaped):  # updated, then left in a loop
                 continue
             carried[id(tile)] = _Carried(before, tile._value, "a tile", [tile])
         # Names first bound in the body and read after it: zero where the condition is false.

@@ -151,9 +151,11 @@ def _declared_outer(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 def _loads(nodes: Sequence[ast.AST]) -> Counter[str]:
     """How often each name is read in these nodes, nested scopes included (a closure that
-    reads a name reads it too)."""
+    reads a name reads it too). ``x += y`` reads ``x`` (its target is a Store)."""
     return Counter(n.id for node in nodes for n in ast.walk(node)
-                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)) + \
+        Counter(n.target.id for node in nodes for n in ast.walk(node)
+                if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name))
 
 
 # --- which exits must become flags ----------------------------------------------------------------
@@ -373,13 +375,17 @@ class _ScopeHooks:
     ``if 'x' in p: x = p['x']`` for each name the body assigns. After: the same with
     ``loop_exit``/``scope_exit``. ``names`` are the names the body assigns (less temporaries,
     the loop's own targets and names declared global or nonlocal); ``live`` those of them read
-    anywhere outside the body (after it, or before it in an enclosing loop).
+    anywhere outside the body (after it, or before it in an enclosing loop), or anywhere in an
+    enclosing loop (its next iteration may read them before this body binds them again).
     """
 
     def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, outer: set[str]) -> None:
         self.loads = _loads(fn.body)
         self.outer = outer
         self.counter = 0
+        # the loads of each enclosing loop's body: a name read there may be read after this
+        # body through the loop's next iteration (a tk.static_range unrolls the body again)
+        self.enclosing: list[Counter[str]] = []
 
     def statements(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
@@ -390,6 +396,9 @@ class _ScopeHooks:
     def statement(self, node: ast.stmt) -> list[ast.stmt]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return [node]  # lowered on its own
+        loop = isinstance(node, (ast.For, ast.While))
+        if loop:
+            self.enclosing.append(_loads(node.body + node.orelse))
         for attr in ("body", "orelse", "finalbody"):
             part = getattr(node, attr, None)
             if isinstance(part, list) and part and isinstance(part[0], ast.stmt):
@@ -398,6 +407,8 @@ class _ScopeHooks:
             handler.body = self.statements(handler.body)
         for case in getattr(node, "cases", []):
             case.body = self.statements(case.body)
+        if loop:
+            self.enclosing.pop()
         if isinstance(node, ast.For):
             return self.bracket(node, "loop", node.body + node.orelse, _targets(node.target))
         if isinstance(node, ast.With):
@@ -438,9 +449,11 @@ class _ScopeHooks:
                  if not n.startswith(TEMP) and n not in self.outer and n not in targets}
         inner = _loads(body)
         # after a `with`, what is read outside its body; after a loop, what is read anywhere:
-        # a later iteration may read a name the body binds before binding it again
+        # a later iteration may read a name the body binds before binding it again; and
+        # what an enclosing loop reads (its next iteration, a tk.static_range's next copy)
         floor = {n: 0 for n in names | targets} if isinstance(node, ast.For) else inner
-        live = {n for n in names | targets if self.loads[n] > floor[n]}
+        live = {n for n in names | targets
+                if self.loads[n] > floor[n] or any(enc[n] for enc in self.enclosing)}
         result = f"{TEMP}p{self.counter}"
         if isinstance(node, ast.For):
             subject = getattr(node, "_tk_iterator", None) or f"{TEMP}it{self.counter}x"
