@@ -201,6 +201,7 @@ class Generator:
         self.runtime_depth = 0  # open tk.range / tk.when constructs
         self.static_trips = 1  # product of the enclosing tk.static_range counts
         self.loops: list[str] = []  # "range" / "static", innermost last
+        self.constructs: list[str] = []  # open runtime constructs: "range" / "when"
         self.loop_vars: set[str] = set()
         self.inputs: list[TensorSpec] = []
         self.outputs: list[TensorSpec] = []
@@ -530,27 +531,65 @@ class Generator:
         return Assign(v.name, Bin("mul", self.name(v), Lit(0.5, Ty(Py.FLOAT)), Ty(Py.FLOAT)))
 
     def stmt_count_rt(self) -> Stmt | None:
-        """A carried Python number (now a runtime scalar) updated inside its construct."""
+        """A Python number carried by the innermost runtime construct, changed in it (once
+        per ``tk.when``: two changes could give the number its old value back)."""
         d = self.d
-        v = choice(d, self.carried[-1])
-        return self.update_number(v, chance(d, 30))
+        pool = self.carried[-1]
+        v = pool[d.int(0, len(pool) - 1)]
+        in_when = self._in_when()
+        if in_when:
+            pool.remove(v)
+        return self.update_number(v, "when" if in_when else "range", touch=False)
 
-    def update_number(self, v: Var, literal: bool) -> Stmt:
+    def _in_when(self) -> bool:
+        """Whether the innermost runtime construct is a ``tk.when``."""
+        return bool(self.constructs) and self.constructs[-1] == "when"
+
+    def update_number(self, v: Var, construct: str, touch: bool) -> Stmt:
+        """``v`` changed: a Python number stays one (``c + 2``, ``not flag``) or becomes a
+        runtime value (``c + i``, ``flag | cond``); a runtime scalar keeps its type."""
         d = self.d
-        if v.ty.elem in (Py.BOOL, DType.BOOL):
+        literal = touch or chance(d, 50)
+        if v.ty.is_py:
+            if v.ty.elem is Py.BOOL:
+                if literal:
+                    return Assign(v.name, Un("pynot", self.name(v), Ty(Py.BOOL)))
+                cond = self.pure_expr((), want_bool=True)
+                e = Bin("or", self.name(v), cond, self.bin_ty("or", v.ty, cond.ty))
+                v.ty, v.pure = e.ty, True
+                return Assign(v.name, e)
+            if v.ty.elem is Py.INT:
+                if literal:
+                    k = d.int(1, 3)
+                    v.hi += k * self.static_trips
+                    return Assign(v.name, Bin("add", self.name(v), Lit(k, Ty(Py.INT)),
+                                              Ty(Py.INT)))
+                step = self.conform(self.pure_expr((), want_bool=False), Ty(DType.INT32))
+                e = Bin("add", self.name(v), step, self.bin_ty("add", v.ty, step.ty))
+                v.ty = e.ty
+                return Assign(v.name, e)
             if literal:
-                v.ty = Ty(Py.BOOL)  # a Python bool again until the construct ends
-                return Assign(v.name, Lit(chance(d, 50), Ty(Py.BOOL)))
-            cond = self.pure_expr((), want_bool=True)
-            v.ty = Ty(DType.BOOL)
-            return Assign(v.name, Bin("or", self.name(v), cond, Ty(DType.BOOL)))
+                return Assign(v.name, Bin("add", self.name(v), Lit(1.5, Ty(Py.FLOAT)),
+                                          Ty(Py.FLOAT)))
+            x = self.conform(self._expr((), 1), Ty(DType.FLOAT32))
+            e = Bin("add", self.name(v), x, self.bin_ty("add", v.ty, x.ty))
+            v.ty, v.pure = e.ty, False
+            return Assign(v.name, e)
         dt = v.ty.dtype
+        if dt is DType.BOOL:
+            if not touch and chance(d, 30) and construct == "range":
+                v.ty = Ty(Py.BOOL)  # a Python bool until the end of the iteration
+                return Assign(v.name, Lit(chance(d, 50), Ty(Py.BOOL)))
+            if touch or chance(d, 50):
+                return Assign(v.name, Un("not", self.name(v), v.ty))
+            cond = self.pure_expr((), want_bool=True)
+            return Assign(v.name, self.conform(Bin("or", self.name(v), cond, v.ty), v.ty))
         if dt in FLOATS:
             x = self.conform(self._expr((), 1), Ty(dt))
             scaled = Bin("mul", self.name(v), Lit(0.5, Ty(Py.FLOAT)), v.ty)
             v.pure = False
             return Assign(v.name, self.conform(Bin("add", scaled, x, v.ty), v.ty))
-        step = self.pure_expr((), want_bool=False) if chance(d, 40) else \
+        step = self.pure_expr((), want_bool=False) if chance(d, 40) and not touch else \
             Lit(d.int(1, 3), Ty(Py.INT))
         e = Bin("add", self.name(v), step, self.bin_ty("add", v.ty, step.ty))
         return Assign(v.name, self.conform(e, v.ty))
@@ -564,50 +603,66 @@ class Generator:
     def stmt_continue(self) -> Stmt:
         return Continue()
 
-    def _scope(self, body_fn: Any, runtime: bool, loop: str | None) -> list[Stmt]:
-        """Generate a nested block. Names bound inside are gone after it, except (with
-        control flow on) tiles first bound inside a runtime construct. A runtime construct
-        may rebind Python numbers (control flow on): they are runtime scalars from its start
-        (reference.py), and stay so after it."""
+    def _scope(self, body_fn: Any, runtime: str | None) -> tuple[list[Stmt],
+                                                                 list[tuple[str, Ty]]]:
+        """Generate a nested block (``runtime``: "range", "when", or None for Python loops).
+
+        Names bound inside are gone after it, except (control flow on) names first bound
+        inside a runtime construct. With control flow on, a runtime construct may rebind
+        Python numbers (README, "Control flow: one rule"): a loop makes them runtime scalars
+        before it starts; a ``tk.when`` leaves them Python numbers inside and makes each it
+        changed the runtime choice of its two values after it. Returns the body and, for a
+        ``tk.when``, the numbers it changed with their types after it."""
         before = len(self.vars)
         carried: list[Var] = []
+        entry: dict[str, tuple[Ty, int]] = {}
         if runtime and self.f.control_flow:
             carried = [v for v in self.vars if v.ty.is_py and v.mutable and chance(self.d, 40)]
         for v in carried:
-            v.ty = Ty(standalone(v.ty.elem, v.hi))  # type: ignore[arg-type]
-            v.pure = v.pure and v.ty.dtype not in FLOATS
+            entry[v.name] = (v.ty, v.hi)
+            if runtime == "range":
+                v.ty = Ty(standalone(v.ty.elem, v.hi))  # type: ignore[arg-type]
+                v.pure = v.pure and v.ty.dtype not in FLOATS
         self.nest += 1
         if runtime:
             self.runtime_depth += 1
-            self.carried.append(carried)
-        if loop:
-            self.loops.append(loop)
+            self.carried.append(list(carried))
+            self.constructs.append(runtime)
+        if runtime != "when":
+            self.loops.append(runtime or "static")
         body = body_fn()
-        if loop:
+        if runtime != "when":
             self.loops.pop()
         if runtime:
+            left = self.carried.pop()
+            for v in left:  # the construct changes what it carries (at its start: always)
+                now = v.ty
+                start = entry[v.name][0]
+                v.ty = Ty(standalone(start.elem, entry[v.name][1])) if runtime == "range" \
+                    else start  # type: ignore[arg-type]
+                body.insert(0, self.update_number(v, runtime, touch=True))
+                v.ty = now
             self.runtime_depth -= 1
-            self.carried.pop()
+            self.constructs.pop()
         self.nest -= 1
-        for v in carried:  # the construct rebinds what it carries (a no-op will do)
-            if not any(v.name in _assigned(s) for s in body):
-                body.insert(0, self._touch(v))
-            if v.ty.is_py:  # a literal assigned inside: carried as a runtime value again
-                v.ty = Ty(standalone(v.ty.elem, 0))  # type: ignore[arg-type]
+        numbers: list[tuple[str, Ty]] = []
+        for v in carried:
+            if runtime == "when" and v.ty.is_py:  # still a number: the choice of two values
+                before_ty, before_hi = entry[v.name]
+                v.ty = Ty(promote(standalone(before_ty.elem, before_hi),  # type: ignore
+                                  standalone(v.ty.elem, v.hi)))  # type: ignore[arg-type]
+            elif v.ty.is_py:  # a loop carries a number left in it as its type
+                v.ty = Ty(standalone(v.ty.elem, v.hi))  # type: ignore[arg-type]
+            if runtime == "when":
+                numbers.append((v.name, v.ty))
+            v.pure = v.pure and v.ty.dtype not in FLOATS
         inner = self.vars[before:]
         del self.vars[before:]
         if runtime and self.f.control_flow:
             for v in inner:  # first bound inside, readable after
                 if not v.ty.is_py and v.mutable and v.name not in {x.name for x in self.vars}:
                     self.vars.append(v)
-        return body
-
-    def _touch(self, v: Var) -> Stmt:
-        if v.ty.elem in (DType.BOOL, Py.BOOL):
-            return Assign(v.name, Bin("or", Name(v.name, Ty(DType.BOOL)),
-                                      Lit(False, Ty(Py.BOOL)), Ty(DType.BOOL)))
-        lit = Lit(0, Ty(Py.INT)) if v.ty.dtype in INTS else Lit(0.0, Ty(Py.FLOAT))
-        return Assign(v.name, Bin("add", Name(v.name, v.ty), lit, v.ty))
+        return body, numbers
 
     def stmt_range(self) -> Stmt:
         d = self.d
@@ -638,7 +693,7 @@ class Generator:
             self.loop_vars.add(var)
             return self.block(max(2, self.f.max_stmts // 2))
 
-        stmts = self._scope(body, runtime=True, loop="range")
+        stmts, _ = self._scope(body, "range")
         return Range(var, lo, hi, Lit(step_v, Ty(Py.INT)), tuple(stmts))
 
     def stmt_static(self) -> Stmt:
@@ -656,15 +711,14 @@ class Generator:
             finally:
                 self.unstored = unstored
 
-        stmts = self._scope(body, runtime=False, loop="static")
+        stmts, _ = self._scope(body, None)
         self.static_trips //= n
         return StaticRange(var, n, tuple(stmts))
 
     def stmt_when(self) -> Stmt:
         cond = self.pure_expr((), want_bool=True)
-        stmts = self._scope(lambda: self.block(max(2, self.f.max_stmts // 2)), runtime=True,
-                            loop=None)
-        return When(cond, tuple(stmts))
+        stmts, numbers = self._scope(lambda: self.block(max(2, self.f.max_stmts // 2)), "when")
+        return When(cond, tuple(stmts), tuple(numbers))
 
     # --- expressions -------------------------------------------------------------------------
 

@@ -171,7 +171,7 @@ SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod
 
 MATH = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "erf", "tanh", "sigmoid", "sin", "cos",
         "floor", "ceil", "isnan")
-UNARY = ("neg", "not", "abs") + MATH
+UNARY = ("neg", "not", "abs") + MATH  # (and "pynot": Python's `not` of a Python bool)
 
 REDUCE = ("sum", "max", "min", "prod", "argmax", "argmin")
 
@@ -456,8 +456,12 @@ class StaticRange(Stmt):
 
 @dataclass(frozen=True)
 class When(Stmt):
+    """``with tk.when(cond):``. ``numbers``: the Python numbers its body changes, with the
+    type of the runtime value each becomes after it (the choice of its two values)."""
+
     cond: Expr
     body: tuple[Stmt, ...]
+    numbers: tuple[tuple[str, Ty], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,10 @@ class Evaluator:
     def unary(self, op: str, x: Value) -> Value:
         if not isinstance(x, R.V) and op == "neg":
             return -x
+        if op == "pynot":
+            if isinstance(x, R.V):
+                raise Rejected("Python `not` of a runtime value")
+            return not x
         a = self.tile(x)
         opd, resd = unary_dtype(op, a.dtype)
         if op in ("floor", "ceil") and a.dtype not in FLOATS:
@@ -427,15 +431,29 @@ class Evaluator:
         for s in body:
             self.stmt(s)
 
-    def _carry_numbers(self, body: tuple[Stmt, ...]) -> None:
-        """Python numbers the construct rebinds become runtime scalars at its start."""
+    def _carry_numbers(self, body: tuple[Stmt, ...]) -> dict[str, DType]:
+        """Python numbers a loop's body rebinds become runtime scalars before the loop (and
+        stay of that type: a number the body leaves in them is carried as a constant)."""
+        carried: dict[str, DType] = {}
         if not self.prog.control_flow:
-            return
+            return carried
         for name in assigned_names(body):
             x = self.env.get(name)
             if x is not None and not isinstance(x, R.V):
                 d = standalone(_py_kind(x), x)
                 self.env[name] = R.V.exact(d, R.py_to(x, d))
+                carried[name] = d
+            elif isinstance(x, R.V) and x.shape == ():
+                carried[name] = x.dtype
+        return carried
+
+    def _settle(self, carried: dict[str, DType]) -> None:
+        """At the end of an iteration, numbers left in carried names are constants of the
+        carried type."""
+        for name, d in carried.items():
+            x = self.env.get(name)
+            if x is not None and not isinstance(x, R.V):
+                self.env[name] = self.constant(x, d)
 
     def _scalar_bool(self, x: Value) -> bool:
         c = self.tile(x)
@@ -465,7 +483,7 @@ class Evaluator:
         elif isinstance(s, MaskedStore):
             self.masked_store(s)
         elif isinstance(s, Range):
-            self._carry_numbers(s.body)
+            carried = self._carry_numbers(s.body)
             bounds = [self.ev(x) for x in (s.lo, s.hi, s.step)]
             d = DType.INT32
             for b in bounds:
@@ -482,18 +500,22 @@ class Evaluator:
                 try:
                     self.run(s.body)
                 except _Break:
+                    self._settle(carried)
                     break
                 except _Continue:
                     pass
+                self._settle(carried)
                 i += step
         elif isinstance(s, StaticRange):
             for i in range(s.n):
                 self.env[s.var] = i
                 self.run(s.body)
         elif isinstance(s, When):
-            self._carry_numbers(s.body)
             if self._scalar_bool(self.ev(s.cond)):
                 self.run(s.body)
+            for name, ty in s.numbers:  # the runtime choice of the number's two values
+                x = self.env[name]
+                self.env[name] = x if isinstance(x, R.V) else self.constant(x, ty.dtype)
         elif isinstance(s, Return):
             raise _Return()
         elif isinstance(s, Break):

@@ -94,6 +94,8 @@ def expr(e: Expr) -> str:  # noqa: C901  (one case per node)
             return f"(-{expr(e.a)})"
         if e.op == "not":
             return f"(~{expr(e.a)})"
+        if e.op == "pynot":
+            return f"(not {expr(e.a)})"
         if e.op == "abs":
             return f"abs({expr(e.a)})"
         return f"tk.{e.op}({expr(e.a)})"
