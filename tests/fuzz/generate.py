@@ -156,6 +156,10 @@ class Features:
     there read after them (the front end's AST rewrite, issue 27)."""
 
     control_flow: bool = False
+    # names first bound in a runtime construct nested in a runtime loop, read after the
+    # construct: off while tilekit restarts them from zero in every iteration of the loop
+    # (tests/lang/test_fuzz_regressions.py, xfail)
+    first_bound_in_loops: bool = False
     max_stmts: int = 8
     max_depth: int = 3  # expression depth
 
@@ -210,6 +214,7 @@ class Generator:
         self.nest = 0  # open constructs of any kind
         # per open runtime construct: the Python numbers it rebinds (carried from its start)
         self.carried: list[list[Var]] = []
+        self.carried_all: list[list[Var]] = []  # the same, before updates take them out
 
     # --- names -------------------------------------------------------------------------------
 
@@ -315,7 +320,7 @@ class Generator:
             if s is None:
                 continue
             out.append(s)
-            if isinstance(s, (Return, Break, Continue)):
+            if _always_exits(s):
                 break  # the rest of the block would be dead code
         return out
 
@@ -616,8 +621,12 @@ class Generator:
         before = len(self.vars)
         carried: list[Var] = []
         entry: dict[str, tuple[Ty, int]] = {}
-        if runtime and self.f.control_flow:
-            carried = [v for v in self.vars if v.ty.is_py and v.mutable and chance(self.d, 40)]
+        if runtime and self.f.control_flow and "static" not in self.loops:
+            # a construct inside another carries only what that one carries (tilekit converts
+            # what any body rebinds, at any depth); none inside a tk.static_range (its copies
+            # would start with different types)
+            pool = self.carried_all[-1] if self.carried_all else self.vars
+            carried = [v for v in pool if v.ty.is_py and v.mutable and chance(self.d, 40)]
         for v in carried:
             entry[v.name] = (v.ty, v.hi)
             if runtime == "range":
@@ -627,6 +636,7 @@ class Generator:
         if runtime:
             self.runtime_depth += 1
             self.carried.append(list(carried))
+            self.carried_all.append(list(carried))
             self.constructs.append(runtime)
         if runtime != "when":
             self.loops.append(runtime or "static")
@@ -644,6 +654,7 @@ class Generator:
                 v.ty = now
             self.runtime_depth -= 1
             self.constructs.pop()
+            self.carried_all.pop()
         self.nest -= 1
         numbers: list[tuple[str, Ty]] = []
         for v in carried:
@@ -658,7 +669,8 @@ class Generator:
             v.pure = v.pure and v.ty.dtype not in FLOATS
         inner = self.vars[before:]
         del self.vars[before:]
-        if runtime and self.f.control_flow:
+        in_loop = "range" in self.constructs  # (this construct is popped already)
+        if runtime and self.f.control_flow and (self.f.first_bound_in_loops or not in_loop):
             for v in inner:  # first bound inside, readable after
                 if not v.ty.is_py and v.mutable and v.name not in {x.name for x in self.vars}:
                     self.vars.append(v)
@@ -1135,9 +1147,9 @@ class Generator:
         return a, b
 
     def _fit_number(self, x: Expr, dt: DType) -> Expr:
-        if x.ty.elem is not Py.INT or dt not in INTS:
-            return x
         if dt is DType.BOOL:
+            dt = DType.INT32  # an int next to a bool tile is an int32
+        if x.ty.elem is not Py.INT or dt not in INTS:
             return x
         lo, hi = int_range(dt)
         if isinstance(x, Lit):
@@ -1300,6 +1312,15 @@ def _children(e: Expr) -> list[Expr]:
         elif isinstance(value, tuple):
             out += [x for x in value if isinstance(x, Expr)]
     return out
+
+
+def _always_exits(s: Stmt) -> bool:
+    """Whether ``s`` leaves its block on every path while tracing (code after it is dead)."""
+    if isinstance(s, (Return, Break, Continue)):
+        return True
+    if isinstance(s, StaticRange):
+        return s.n > 0 and any(_always_exits(x) for x in s.body)
+    return False
 
 
 def _assigned(s: Stmt) -> set[str]:

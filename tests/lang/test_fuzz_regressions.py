@@ -87,3 +87,47 @@ def test_tile_updated_in_place_then_rebound_in_a_loop_inside_a_when() -> None:
     pid = np.arange(N) // 8
     want = np.where(pid != 3, x > 2, x > 0)
     assert np.array_equal(y, want)
+
+
+@tk.kernel
+def _first_bound_in_inner_loop_read_next_iteration(X, Y, n):
+    pid = tk.program_id(0)
+    for _ in tk.range(0, 3):
+        for _ in tk.range(0, n):
+            v = X.tile((8,), (pid,)).load()
+        v = v + 1.0  # the next iteration's inner loop may not run: v is this value then
+    Y.tile((8,), (pid,)).store(v)
+
+
+@pytest.mark.xfail(strict=True, reason="silent wrong result: a name first bound in a runtime "
+                   "construct nested in a runtime loop restarts from zero in every iteration "
+                   "of the outer loop, instead of holding the previous iteration's value")
+def test_name_first_bound_in_inner_loop_keeps_its_value_across_outer_iterations() -> None:
+    """In Python (and by the README's rule: the last value assigned, zero only where nothing
+    was), `v` counts 1, 2, 3 when the inner loop never runs; tilekit gives 1 (found by the
+    fuzzer as a mismatch, tests/fuzz)."""
+    x, y = _data(3), np.full(N, np.nan, np.float32)
+    run(_first_bound_in_inner_loop_read_next_iteration, GRID, x, y, 0)
+    assert np.array_equal(y, np.full(N, 3.0, np.float32))
+
+
+@tk.kernel
+def _bound_only_after_a_return_in_an_unrolled_loop(X, Y, n):
+    pid = tk.program_id(0)
+    with tk.when(n >= 2):
+        for _ in tk.static_range(1):
+            return
+        v = X.tile((8,), (pid,)).load()  # never runs: the loop above always returns
+    Y.tile((8,), (pid,)).store(v)
+
+
+@pytest.mark.xfail(strict=True, reason="raw UnboundLocalError from the rewritten kernel: a "
+                   "name bound only in code that a `return` always skips, read after the "
+                   "tk.when, should be a TraceError at its line (or zero where unassigned)")
+def test_name_bound_only_in_code_a_return_skips_is_a_trace_error() -> None:
+    x, y = _data(4), np.full(N, 7.0, np.float32)
+    try:
+        run(_bound_only_after_a_return_in_an_unrolled_loop, GRID, x, y, 0)
+    except tk.TilekitError:
+        return  # an error at the user's line: fine
+    assert np.array_equal(y, np.zeros(N, np.float32))  # or zero: nothing was assigned
