@@ -131,3 +131,23 @@ def test_name_bound_only_in_code_a_return_skips_is_a_trace_error() -> None:
     except tk.TilekitError:
         return  # an error at the user's line: fine
     assert np.array_equal(y, np.zeros(N, np.float32))  # or zero: nothing was assigned
+
+
+@tk.kernel
+def _condition_updated_in_its_when(X, Y, n):
+    pid = tk.program_id(0)
+    c = (n * 8) == pid
+    with tk.when(c):
+        c |= X.tile((8,), (pid,)).load().sum() > 0  # the condition's tile, updated in place
+    Y.tile((8,), (pid,)).store(c)
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_when_condition_updated_in_place_in_its_body(n: int) -> None:
+    """`with tk.when(c): c |= ...` built the `when` from the condition's tile as it was after
+    the body (updated in place): invalid IR ("operand #0 of `when` is used outside the scope
+    that defines it")."""
+    x, y = _data(5), np.zeros(N, bool)
+    run(_condition_updated_in_its_when, GRID, x, y, n)
+    pid = np.arange(N) // 8
+    assert np.array_equal(y, pid == n * 8)

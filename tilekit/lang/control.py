@@ -728,7 +728,7 @@ class when(_BodyScope):
             raise TraceError(f"tk.when needs a bool condition, got {c.dtype}", loc,
                              hints=["compare explicitly, e.g. `n != 0`"])
         super().__init__(user_frame(), loc)  # flow: set by tilekit.lang.flow.scope_enter
-        self.cond = c
+        self.cond = c.value  # now: the body may update the condition's tile in place
 
     def __enter__(self) -> None:
         self.entry = _snapshot(self.frame)
@@ -790,7 +790,7 @@ class when(_BodyScope):
         self.block.append(self.state.builder.create(
             "yield", {"values": [c.new for c in order]}, loc=self.loc, insert=False))
         op = self.state.builder.create(
-            "when", {"cond": self.cond.value, "inits": [c.init for c in order]},
+            "when", {"cond": self.cond, "inits": [c.init for c in order]},
             regions=[Region([self.block])], loc=self.loc, insert=False)
         self._place(op)
         for c, result in zip(order, op.results):
