@@ -297,7 +297,8 @@ def _dot_ref(ctx: object, op, args: list[np.ndarray]) -> list[np.ndarray]:
     dtype = DType.from_numpy(acc.dtype)
     if dtype.is_float:
         wide = np.float64 if dtype is DType.FLOAT64 else np.float32
-        out = a.astype(wide) @ b.astype(wide) + acc.astype(wide)
+        with np.errstate(all="ignore"):  # inf * 0, inf - inf: NaN, as on the GPU, silently
+            out = a.astype(wide) @ b.astype(wide) + acc.astype(wide)
         return [numerics.cast(out, dtype)]
     out = a.astype(np.int64) @ b.astype(np.int64) + acc.astype(np.int64)
     return [out.astype(acc.dtype)]
