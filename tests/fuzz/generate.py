@@ -803,8 +803,8 @@ class Generator:
         for v in self.vars:
             if not v.ty.is_py:
                 continue
-            if v.ty.elem is Py.INT and dt is not None and dt in INTS:
-                lo, hi = int_range(dt)
+            if v.ty.elem is Py.INT and dt is not None and (dt in INTS or dt is DType.BOOL):
+                lo, hi = int_range(dt if dt is not DType.BOOL else DType.INT32)
                 if v.hi > hi or v.hi > 2**31:
                     continue
             cands.append(v)
@@ -986,7 +986,8 @@ class Generator:
         d = self.d
         names = [v for v in self.vars if v.pure and (v.ty.shape == shape or v.ty.shape == ())
                  and not is_float(v.ty.elem)]
-        int_names = [v for v in names if v.ty.elem is not DType.BOOL and v.ty.elem is not Py.BOOL]
+        int_names = [v for v in names if v.ty.elem is not DType.BOOL and v.ty.elem is not Py.BOOL
+                     and v.hi < 2**31]  # a Python int next to an int32 must fit it
         if want_bool:
             bools = [v for v in names if v.ty.elem in (DType.BOOL, Py.BOOL)
                      and v.ty.shape == shape]
@@ -1237,7 +1238,8 @@ class Generator:
         else:
             n, m = shape
             if n == 1 and m == 1:
-                src_shape = self.tile
+                src_shape = self.tile if self.rank == 2 else (choice(d, SIZES_2D),
+                                                              choice(d, SIZES_2D))
                 axis, keep = None, True
             elif m == 1:
                 src_shape, axis, keep = (n, choice(d, SIZES_2D)), 1, True
