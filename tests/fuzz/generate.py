@@ -788,8 +788,9 @@ class Generator:
             return Lit(chance(d, 50), Ty(Py.BOOL))
         if kind == "float":
             return Lit(choice(d, FLOAT_LITERALS), Ty(Py.FLOAT))
-        if dt is not None and dt in INTS:
-            lo, hi = int_range(dt)
+        if dt is not None and (dt in INTS or dt is DType.BOOL):
+            # an int next to a bool tile is an int32
+            lo, hi = int_range(dt if dt is not DType.BOOL else DType.INT32)
             if chance(d, 10):
                 return Lit(choice(d, (lo, hi, hi // 2 + 1, lo + 1)), Ty(Py.INT))
             return Lit(max(lo, min(hi, d.int(0, 12) - 4)), Ty(Py.INT))
