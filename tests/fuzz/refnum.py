@@ -529,7 +529,10 @@ def _round_fraction(q: Fraction, d: DType) -> float:
     rem = scaled - n
     if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n & 1):
         n += 1
-    r = math.ldexp(float(n), e - (p - 1)) if abs(e) < 2000 else math.inf
+    try:
+        r = math.ldexp(float(n), e - (p - 1))
+    except OverflowError:
+        r = math.inf
     return sign * (r if r <= fmax else math.inf)
 
 
