@@ -206,7 +206,9 @@ class Outcome:
         for backend, r in sorted(self.results.items()):
             if r.status in ("ok", "rejected", "unreliable"):
                 continue
-            first = r.detail.strip().splitlines()[0][:120] if r.detail.strip() else ""
+            lines = r.detail.strip().splitlines()
+            # a traceback says what it is on its last line; a TilekitError on its first
+            first = (lines[-1] if r.status == "crash" else lines[0])[:120] if lines else ""
             parts.append(f"{backend}: {r.status}" + (f": {first}" if r.status != "mismatch"
                                                       else ""))
         return "; ".join(parts)
