@@ -60,6 +60,7 @@ def _worker(w: int, args: argparse.Namespace, deadline: float, queue: Any) -> No
     i = w
     while i < args.programs and time.monotonic() < deadline:
         pseed = program_seed(args.seed, i)
+        queue.put(("start", w, i))  # so that a worker that dies is reported with its program
         start = time.monotonic()
         record: dict[str, Any] = {"i": i, "seed": pseed}
         try:
@@ -80,7 +81,7 @@ def _worker(w: int, args: argparse.Namespace, deadline: float, queue: Any) -> No
         record["secs"] = round(time.monotonic() - start, 3)
         queue.put(record)
         i += args.workers
-    queue.put(None)
+    queue.put(("done", w, None))
 
 
 def _write_failure(out: Path, i: int, pseed: int, sig: str, prog: Any, outcome: Any,
@@ -176,19 +177,44 @@ def main(argv: list[str] | None = None) -> int:
     for proc in procs:
         proc.start()
     records: list[dict[str, Any]] = []
-    done = 0
+    finished: set[int] = set()
+    running: dict[int, int] = {}  # worker -> the program it started last
+    hard_deadline = deadline + 60  # a program that hangs (a kernel that never ends) is cut
     with open(out / "programs.jsonl", "w") as log:
-        while done < len(procs):
-            item = queue.get()
-            if item is None:
-                done += 1
+        while len(finished) < len(procs):
+            try:
+                item = queue.get(timeout=2)
+            except Exception:  # queue.Empty: see whether a worker died or hangs
+                for w, proc in enumerate(procs):
+                    late = time.monotonic() > hard_deadline
+                    if w not in finished and (not proc.is_alive() or late):
+                        if late:
+                            proc.terminate()
+                        finished.add(w)
+                        if w in running:
+                            i = running.pop(w)
+                            sig = f"runner: worker {'hung' if late else 'died'} " \
+                                  f"(exit code {proc.exitcode})"
+                            item = {"i": i, "seed": program_seed(args.seed, i),
+                                    "reference": "?", "signature": sig, "secs": 0.0}
+                            records.append(item)
+                            log.write(json.dumps(item) + "\n")
                 continue
+            if isinstance(item, tuple):
+                kind, w, i = item
+                if kind == "start":
+                    running[w] = i
+                else:
+                    finished.add(w)
+                    running.pop(w, None)
+                continue
+            running.pop(next((w for w, i in running.items() if i == item["i"]), -1), None)
             records.append(item)
             log.write(json.dumps(item) + "\n")
             if len(records) % 500 == 0:
                 print(f"{len(records)} programs, {time.monotonic() - t0:.0f} s", flush=True)
     for proc in procs:
-        proc.join()
+        proc.join(5)
     run_secs = time.monotonic() - t0
     # one program per kind of failure, minimized in parallel in the time left
     kinds: dict[str, dict[str, Any]] = {}
