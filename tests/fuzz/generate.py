@@ -83,6 +83,7 @@ from tests.fuzz.program import (
     standalone,
     unary_dtype,
 )
+from tests.fuzz import refnum as R
 from tilekit.ir.dtypes import DType
 
 T = TypeVar("T")
@@ -424,7 +425,7 @@ class Generator:
         if chance(d, 60) and not value.ty.is_py:  # mostly keep every bit of the value
             out = self.retype(out, value.ty.dtype)
         if chance(d, 3):
-            value = self.literal_for(out.dtype)
+            value = self.literal_of(out.dtype)
         if chance(d, 60):
             return TileStore(out.name, self.tile, tuple(self.name(p) for p in self.pids), value)
         offsets, mask = self.own_offsets(out)
@@ -669,7 +670,9 @@ class Generator:
             v.pure = v.pure and v.ty.dtype not in FLOATS
         inner = self.vars[before:]
         del self.vars[before:]
-        in_loop = "range" in self.constructs  # (this construct is popped already)
+        # (this construct is popped already.) An early exit in a loop guards the rest of its
+        # body with a hidden tk.when: names first bound there are in a nested construct too
+        in_loop = "range" in self.constructs or (runtime == "range" and _has_exit(body))
         if runtime and self.f.control_flow and (self.f.first_bound_in_loops or not in_loop):
             for v in inner:  # first bound inside, readable after
                 if not v.ty.is_py and v.mutable and v.name not in {x.name for x in self.vars}:
@@ -787,7 +790,11 @@ class Generator:
         if kind == "bool":
             return Lit(chance(d, 50), Ty(Py.BOOL))
         if kind == "float":
-            return Lit(choice(d, FLOAT_LITERALS), Ty(Py.FLOAT))
+            big = dt in (DType.FLOAT16, DType.BFLOAT16)  # 1e30 does not fit float16
+            value = choice(d, FLOAT_LITERALS)
+            if big and math.isfinite(value) and abs(value) > 60000.0 and dt is DType.FLOAT16:
+                value = 65504.0
+            return Lit(value, Ty(Py.FLOAT))
         if dt is not None and (dt in INTS or dt is DType.BOOL):
             # an int next to a bool tile is an int32
             lo, hi = int_range(dt if dt is not DType.BOOL else DType.INT32)
@@ -795,8 +802,26 @@ class Generator:
                 return Lit(choice(d, (lo, hi, hi // 2 + 1, lo + 1)), Ty(Py.INT))
             return Lit(max(lo, min(hi, d.int(0, 12) - 4)), Ty(Py.INT))
         if chance(d, 10):
-            return Lit(choice(d, (2**31 - 1, -(2**31), 70000, 2**40)), Ty(Py.INT))
+            big = (2**31 - 1, -(2**31), 70000, 2**40) if dt is not DType.FLOAT16 else \
+                (65504, -65504, 2049, 4097)
+            return Lit(choice(d, big), Ty(Py.INT))
         return Lit(d.int(0, 12) - 4, Ty(Py.INT))
+
+    def literal_of(self, dt: DType) -> Lit:
+        """A Python literal that is a constant of ``dt`` itself (a store's value, a load's
+        `other`): it must fit ``dt`` (integers exact, floats finite where finite)."""
+        d = self.d
+        if dt is DType.BOOL:
+            return Lit(chance(d, 50), Ty(Py.BOOL))
+        if dt in INTS:
+            lo, hi = int_range(dt)
+            value = choice(d, (0, 1, 2, lo, hi, 7)) if chance(d, 20) else \
+                max(lo, min(hi, d.int(0, 12) - 4))
+            return Lit(value, Ty(Py.INT))
+        lit = self.literal_for(dt)
+        if lit.ty.elem is Py.BOOL or R.fits(lit.value, dt):
+            return lit
+        return Lit(1.5, Ty(Py.FLOAT))
 
     def number_var(self, dt: DType | None) -> Expr | None:
         """A Python-number name that may stand next to a tile of ``dt``."""
@@ -942,12 +967,7 @@ class Generator:
         index = tuple(self.index_expr(a) for a in range(len(shape)))
         other = None
         if chance(d, 30):
-            lit = self.literal_for(t.dtype)
-            other = lit.value
-            if t.dtype in INTS and isinstance(other, float):
-                other = 1.0 if math.isfinite(other) else 0  # integral: fits
-            if t.dtype is DType.BOOL and not isinstance(other, bool):
-                other = True
+            other = self.literal_of(t.dtype).value
         return TileLoad(t.name, shape, index, other, Ty(t.dtype, shape))
 
     def masked_load(self) -> Expr:
@@ -961,7 +981,7 @@ class Generator:
                                                                     extra.ty.shape)))
         other = None
         if chance(d, 50):
-            other = self.literal_for(t.dtype).value
+            other = self.literal_of(t.dtype).value
         shape = broadcast(offsets.ty.shape, mask.ty.shape)
         return MaskedLoad(t.name, offsets, mask, other, Ty(t.dtype, shape))
 
@@ -1315,6 +1335,16 @@ def _children(e: Expr) -> list[Expr]:
         elif isinstance(value, tuple):
             out += [x for x in value if isinstance(x, Expr)]
     return out
+
+
+def _has_exit(body: list[Stmt] | tuple[Stmt, ...]) -> bool:
+    """Whether a ``return``, ``break`` or ``continue`` is anywhere in ``body``."""
+    for s in body:
+        if isinstance(s, (Return, Break, Continue)):
+            return True
+        if isinstance(s, (Range, StaticRange, When)) and _has_exit(s.body):
+            return True
+    return False
 
 
 def _always_exits(s: Stmt) -> bool:

@@ -176,6 +176,11 @@ class Evaluator:
             out.append(x if isinstance(x, R.V) else self.constant(x, d))
         return out
 
+    def as_type(self, x: Value, d: DType) -> R.V:
+        """``semantics.cast``: a Python number becomes a constant of ``d`` (it must fit);
+        a tile is converted."""
+        return self.constant(x, d) if not isinstance(x, R.V) else self.to(x, d)
+
     @staticmethod
     def to(x: R.V, d: DType) -> R.V:
         return x if x.dtype is d else R.cast(x, d)
@@ -218,8 +223,7 @@ class Evaluator:
         if isinstance(e, Un):
             return self.unary(e.op, self.ev(e.a))
         if isinstance(e, Cast):
-            x = self.ev(e.a)
-            return self.to(self.tile(x, e.dtype), e.dtype)
+            return self.as_type(self.ev(e.a), e.dtype)
         if isinstance(e, Bitcast):
             x = self.tile(self.ev(e.a))
             return x if x.dtype is e.dtype else R.bitcast(x, e.dtype)
@@ -376,7 +380,7 @@ class Evaluator:
             raise R.Unreliable("a load mask computed from approximate values")
         active = np.ones(offs.shape, dtype=bool) if m is None else np.asarray(m.v, dtype=bool)
         if e.other is not None:
-            other = self.to(self.tile(e.other, mem.dtype), mem.dtype)
+            other = self.as_type(e.other, mem.dtype)
             out = np.array(np.broadcast_to(other.v, offs.shape), dtype=R.np_type(mem.dtype))
         else:
             out = np.zeros(offs.shape, dtype=R.np_type(mem.dtype))
@@ -391,8 +395,7 @@ class Evaluator:
 
     def tile_store(self, s: TileStore) -> None:
         mem = self.memory[s.tensor]
-        value = self.ev(s.value)
-        v = self.to(self.tile(value, mem.dtype), mem.dtype)
+        v = self.as_type(self.ev(s.value), mem.dtype)
         if broadcast(v.shape, s.shape) != s.shape:
             raise AssertionError("stored value does not fit the tile")
         v = v.broadcast(s.shape)
@@ -404,11 +407,10 @@ class Evaluator:
     def masked_store(self, s: MaskedStore) -> None:
         mem = self.memory[s.tensor]
         offs, m = self._access(s.offsets, s.mask)
-        v = self.tile(self.ev(s.value), mem.dtype)
+        v = self.as_type(self.ev(s.value), mem.dtype)
         shape = broadcast(offs.shape, v.shape)
         offs = offs.broadcast(shape)
         m = m.broadcast(shape) if m is not None else None
-        v = self.to(v, mem.dtype)
         if broadcast(shape, v.shape) != shape:
             raise AssertionError("stored value does not fit the offsets")
         v = v.broadcast(shape)

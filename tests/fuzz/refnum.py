@@ -218,9 +218,18 @@ def py_to(value: bool | int | float, dst: DType) -> np.ndarray:
 
 
 def fits(value: bool | int | float, dst: DType) -> bool:
-    """Whether a Python literal may take type ``dst`` (``semantics._check_fits``)."""
-    if dst in FLOATS or isinstance(value, bool):
+    """Whether a Python literal may take type ``dst`` (the README: integers exact, floats may
+    round but a finite number must stay finite; inf and nan written as floats fit)."""
+    if isinstance(value, bool):
         return True
+    if dst in FLOATS:
+        try:
+            f = float(value)
+        except OverflowError:
+            return False
+        if not math.isfinite(f):
+            return isinstance(value, float)
+        return bool(np.isfinite(round_to(np.array([f]), dst)[0]))
     if dst is DType.BOOL:
         return value in (0, 1)
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):

@@ -151,3 +151,23 @@ def test_when_condition_updated_in_place_in_its_body(n: int) -> None:
     run(_condition_updated_in_its_when, GRID, x, y, n)
     pid = np.arange(N) // 8
     assert np.array_equal(y, pid == n * 8)
+
+
+@tk.kernel
+def _first_bound_then_break(X, Y, n):
+    pid = tk.program_id(0)
+    for _ in tk.range(0, n):
+        v = X.tile((8,), (pid,)).load() + 1.0
+        break
+    Y.tile((8,), (pid,)).store(v)
+
+
+@pytest.mark.xfail(strict=True, reason="silent wrong result, the same bug as above: the "
+                   "`break` guards the rest of the body with a tk.when, in which `v` is first "
+                   "bound; the second iteration restarts it from zero")
+def test_name_first_bound_in_a_loop_that_breaks() -> None:
+    """`for ...: v = ...; break` then reading `v` gave zeros on two or more iterations (found
+    by the fuzzer as a mismatch)."""
+    x, y = _data(6), np.full(N, np.nan, np.float32)
+    run(_first_bound_then_break, GRID, x, y, 3)
+    assert np.array_equal(y, x + 1)
