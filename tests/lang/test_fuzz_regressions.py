@@ -171,3 +171,28 @@ def test_name_first_bound_in_a_loop_that_breaks() -> None:
     x, y = _data(6), np.full(N, np.nan, np.float32)
     run(_first_bound_then_break, GRID, x, y, 3)
     assert np.array_equal(y, x + 1)
+
+
+@tk.kernel
+def _updated_in_loop_then_rebound_in_nested_when(X, Y, n):
+    pid = tk.program_id(0)
+    v = X.tile((8,), (pid,)).load()
+    with tk.when(n < 5):
+        v *= 2.0
+        with tk.when(pid < 3):
+            for _ in tk.range(0, 2):
+                v += 1.0  # the tile updated in place in the loop...
+            v = X.tile((8,), (pid,)).load() - 1.0  # ...then left by its name
+    Y.tile((8,), (pid,)).store(v)
+
+
+@pytest.mark.parametrize("n", [0, 7])
+def test_tile_updated_in_a_loop_then_rebound_in_a_nested_when(n: int) -> None:
+    """The outer `when` carried the tile the loop updated in place (left behind by the
+    rebinding in the inner `when`) with the loop's result, defined inside the inner `when`:
+    invalid IR ("operand of `yield` is used outside the scope that defines it")."""
+    x, y = _data(7), np.full(N, np.nan, np.float32)
+    run(_updated_in_loop_then_rebound_in_nested_when, GRID, x, y, n)
+    pid = np.arange(N) // 8
+    want = x if n >= 5 else np.where(pid < 3, x - 1, x * 2)
+    assert np.array_equal(y, want)

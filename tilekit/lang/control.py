@@ -401,7 +401,8 @@ class _BodyScope:
     def _poison_escapes(self, exit_tiles: dict[Path, Tile], carried_exits: set[int],
                         others: Sequence[Tile] = ()) -> None:
         """Tiles still holding body-only values after the scope: mark them (``others``: a
-        loop's entry tiles, updated in place in the body and then rebound away)."""
+        loop's entry tiles and the tiles the body updated in place, which the body may have
+        rebound away from)."""
         inner = _defined_in(self.block)
         inner.update(id(a) for a in self.block.args)
         names: dict[int, str] = {}
@@ -606,7 +607,8 @@ class _LoopTrace(_BodyScope):
                         f"`{carried[id(arg)].name}`, which the loop reassigns", self.loc,
                         hints=["copy the tile before the loop, e.g. `b = a + 0`"])
                 tile._assign(outer)
-        self._poison_escapes(exit_.tiles, exits, [p[0] for p in self.provisional.values()])
+        self._poison_escapes(exit_.tiles, exits, [p[0] for p in self.provisional.values()]
+                             + [t for t, _ in self.scope.mutated.values()])
         self._set_rebind(exit_, replaced)
 
     def _set_rebind(self, exit_: _Snapshot, replaced: dict[Path, Tile]) -> None:
@@ -796,7 +798,9 @@ class when(_BodyScope):
         for c, result in zip(order, op.results):
             for t in c.exits:
                 t._assign(result)
-        self._poison_escapes(exit_.tiles, set(carried))
+        # (a tile updated in place in the body, then left by its name, keeps a body value)
+        self._poison_escapes(exit_.tiles, set(carried),
+                             [t for t, _ in self.scope.mutated.values()])
         for name in {p[0] for p in replaced}:
             self.rebind[name] = _rebuilt(self.frame.f_locals.get(name), (name,), replaced)
         return False
