@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from tests.fuzz import refnum as R
 from tests.fuzz.program import (
     ALL_DTYPES,
     BITWISE,
@@ -31,7 +32,6 @@ from tests.fuzz.program import (
     INTS,
     MATH,
     SHIFTS,
-    SIGNED,
     UNSIGNED,
     Arange,
     Assign,
@@ -83,7 +83,6 @@ from tests.fuzz.program import (
     standalone,
     unary_dtype,
 )
-from tests.fuzz import refnum as R
 from tilekit.ir.dtypes import DType
 
 T = TypeVar("T")
@@ -171,8 +170,8 @@ class Var:
     ty: Ty
     pure: bool  # computed from integers and bools only: exact, usable as an index
     mutable: bool = True
-    hi: int = 0
-    data: bool = False  # an input's tile, never rebound: values that differ per element  # Python ints: an upper bound of the value while tracing (they are >= 0)
+    hi: int = 0  # Python ints: an upper bound of the value while tracing (they are >= 0)
+    data: bool = False  # an input's tile, never rebound: values that differ per element
 
 
 # tile sizes: powers of two and ragged ones, mostly large enough to tell elements apart

@@ -23,7 +23,7 @@ import numpy as np
 
 from tests.fuzz import refnum as R
 from tests.fuzz import render
-from tests.fuzz.program import FLOATS, INTS, Program, TensorSpec, int_range
+from tests.fuzz.program import FLOATS, Program, TensorSpec, int_range
 from tests.fuzz.reference import Memory, Rejected, evaluate
 from tilekit.ir.dtypes import DType
 

@@ -19,7 +19,8 @@ from tests.fuzz import harness, render
 from tests.fuzz.generate import Features, HypothesisDraw, generate
 from tests.fuzz.known import known
 
-# Early exits and carried Python numbers (issue 27, item 1; landed): TILEKIT_FUZZ_CONTROL_FLOW=0 turns them off.
+# Early exits and carried Python numbers (issue 27, item 1, landed);
+# TILEKIT_FUZZ_CONTROL_FLOW=0 turns them off.
 CONTROL_FLOW = os.environ.get("TILEKIT_FUZZ_CONTROL_FLOW", "1") == "1"
 EXAMPLES = int(os.environ.get("TILEKIT_FUZZ_EXAMPLES", "800"))  # about 2 minutes on 2 cores
 
