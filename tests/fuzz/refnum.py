@@ -100,7 +100,8 @@ def round_to(x: np.ndarray, d: DType) -> np.ndarray:
         xs = x[fin]
         _, ex = np.frexp(xs)
         quantum = np.ldexp(1.0, np.maximum(ex - 1, emin) - (p - 1))
-        r = np.rint(xs / quantum) * quantum  # scaling by a power of two is exact
+        with np.errstate(over="ignore"):  # past float64's range: inf, as it should be
+            r = np.rint(xs / quantum) * quantum  # scaling by a power of two is exact
         r = np.where(np.abs(r) > fmax, np.copysign(np.inf, xs), r)
         out[fin] = r
     return out
