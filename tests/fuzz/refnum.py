@@ -616,7 +616,8 @@ def reduce(kind: str, x: V, axis: int) -> V:
         if kind == "sum":
             r64 = np.sum(f, axis=axis)
             big = np.sum(mag, axis=axis)
-            e = np.sum(x.e, axis=axis) + (n + 1) * _acc_unit(d) * big
+            tiny = float(ulp(np.zeros(1), F64 if d is F64 else F32)[0])  # subnormal sums
+            e = np.sum(x.e, axis=axis) + (n + 1) * (_acc_unit(d) * big + tiny)
             overflow_risk = big >= fmax_acc / 2
         else:  # prod
             r64 = np.prod(f, axis=axis)
@@ -671,7 +672,8 @@ def cumsum(x: V, axis: int) -> V:
         nonfinite = np.cumsum(~finite, axis=axis) > 0
         approx = np.cumsum(x.e, axis=axis)
         r = round_to(r64, d)
-        e = approx + (n + 1) * _acc_unit(d) * big + 2 * ulp(r, d)
+        tiny = float(ulp(np.zeros(1), F64 if d is F64 else F32)[0])
+        e = approx + (n + 1) * (_acc_unit(d) * big + tiny) + 2 * ulp(r, d)
         _, _, fmax_acc = FORMAT[F64 if d is F64 else F32]
         e = np.where(big >= fmax_acc / 2, np.inf, e)
         e = np.where(nonfinite, np.where((approx > 0) | (big >= fmax_acc / 2), np.inf, 0.0),
@@ -703,7 +705,9 @@ def dot(a: V, b: V, acc: V) -> V:
         k = a.shape[1]
         prop = np.abs(fa) @ b.e + a.e @ np.abs(fb) + a.e @ b.e + acc.e
         r = round_to(r64, d)
-        e = prop + (k + 2) * _acc_unit(d) * big + 2 * ulp(r, d)
+        # relative error per step, and an absolute one where products or sums are subnormal
+        tiny = float(ulp(np.zeros(1), wide)[0])
+        e = prop + (k + 2) * _acc_unit(d) * big + (2 * k + 2) * tiny + 2 * ulp(r, d)
         nonfinite = (np.any(~np.isfinite(fa), axis=1)[:, None]
                      | np.any(~np.isfinite(fb), axis=0)[None, :] | ~np.isfinite(fc))
         approx = (np.any(a.e > 0, axis=1)[:, None] | np.any(b.e > 0, axis=0)[None, :]
