@@ -590,7 +590,8 @@ class Generator:
             cond = self.pure_expr((), want_bool=True)
             return Assign(v.name, self.conform(Bin("or", self.name(v), cond, v.ty), v.ty))
         if dt in FLOATS:
-            x = self.conform(self._expr((), 1), Ty(dt))
+            # a touch goes to the start of the body: it may not read the body's names
+            x = Lit(1.0, Ty(Py.FLOAT)) if touch else self.conform(self._expr((), 1), Ty(dt))
             scaled = Bin("mul", self.name(v), Lit(0.5, Ty(Py.FLOAT)), v.ty)
             v.pure = False
             return Assign(v.name, self.conform(Bin("add", scaled, x, v.ty), v.ty))

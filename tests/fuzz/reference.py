@@ -485,8 +485,8 @@ class Evaluator:
         elif isinstance(s, MaskedStore):
             self.masked_store(s)
         elif isinstance(s, Range):
+            bounds = [self.ev(x) for x in (s.lo, s.hi, s.step)]  # before the loop converts
             carried = self._carry_numbers(s.body)
-            bounds = [self.ev(x) for x in (s.lo, s.hi, s.step)]
             d = DType.INT32
             for b in bounds:
                 if isinstance(b, R.V):
