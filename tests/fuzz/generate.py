@@ -560,6 +560,9 @@ class Generator:
                 if literal:
                     return Assign(v.name, Un("pynot", self.name(v), Ty(Py.BOOL)))
                 cond = self.pure_expr((), want_bool=True)
+                if cond.ty.is_py:  # `flag | other_flag` of two Python bools stays Python
+                    pid = self.name(self.pids[0])
+                    cond = Bin("ge", pid, Lit(self.d.int(0, 2), Ty(Py.INT)), Ty(DType.BOOL))
                 e = Bin("or", self.name(v), cond, self.bin_ty("or", v.ty, cond.ty))
                 v.ty, v.pure = e.ty, True
                 return Assign(v.name, e)
