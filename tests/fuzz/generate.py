@@ -156,10 +156,10 @@ class Features:
     there read after them (the front end's AST rewrite, issue 27)."""
 
     control_flow: bool = False
-    # names first bound in a runtime construct nested in a runtime loop, read after the
-    # construct: off while tilekit restarts them from zero in every iteration of the loop
-    # (tests/lang/test_fuzz_regressions.py, xfail)
-    first_bound_in_loops: bool = False
+    # names first bound in a runtime construct nested in a runtime loop (an early exit in a
+    # loop nests the rest of its body in a hidden tk.when), read after the construct; was a
+    # silent wrong result until af1d69a (tests/lang/test_fuzz_regressions.py)
+    first_bound_in_loops: bool = True
     max_stmts: int = 8
     max_depth: int = 3  # expression depth
 

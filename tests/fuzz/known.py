@@ -9,11 +9,7 @@ from __future__ import annotations
 import re
 
 # (pattern of the failure's signature, the regression test that pins it down)
-KNOWN: list[tuple[str, str]] = [
-    (r"crash: UnboundLocalError",
-     "tests/lang/test_fuzz_regressions.py::"
-     "test_name_bound_only_in_code_a_return_skips_is_a_trace_error"),
-]
+KNOWN: list[tuple[str, str]] = []
 
 
 def known(signature: str) -> str | None:

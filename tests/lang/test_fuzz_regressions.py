@@ -99,13 +99,10 @@ def _first_bound_in_inner_loop_read_next_iteration(X, Y, n):
     Y.tile((8,), (pid,)).store(v)
 
 
-@pytest.mark.xfail(strict=True, reason="silent wrong result: a name first bound in a runtime "
-                   "construct nested in a runtime loop restarts from zero in every iteration "
-                   "of the outer loop, instead of holding the previous iteration's value")
 def test_name_first_bound_in_inner_loop_keeps_its_value_across_outer_iterations() -> None:
     """In Python (and by the README's rule: the last value assigned, zero only where nothing
-    was), `v` counts 1, 2, 3 when the inner loop never runs; tilekit gives 1 (found by the
-    fuzzer as a mismatch, tests/fuzz)."""
+    was), `v` counts 1, 2, 3 when the inner loop never runs; tilekit gave 1 (found by the
+    fuzzer as a mismatch, tests/fuzz; fixed on main by af1d69a)."""
     x, y = _data(3), np.full(N, np.nan, np.float32)
     run(_first_bound_in_inner_loop_read_next_iteration, GRID, x, y, 0)
     assert np.array_equal(y, np.full(N, 3.0, np.float32))
@@ -121,10 +118,9 @@ def _bound_only_after_a_return_in_an_unrolled_loop(X, Y, n):
     Y.tile((8,), (pid,)).store(v)
 
 
-@pytest.mark.xfail(strict=True, reason="raw UnboundLocalError from the rewritten kernel: a "
-                   "name bound only in code that a `return` always skips, read after the "
-                   "tk.when, should be a TraceError at its line (or zero where unassigned)")
 def test_name_bound_only_in_code_a_return_skips_is_a_trace_error() -> None:
+    """Was a raw UnboundLocalError from the rewritten kernel (a TraceError with a hint since
+    af1d69a)."""
     x, y = _data(4), np.full(N, 7.0, np.float32)
     try:
         run(_bound_only_after_a_return_in_an_unrolled_loop, GRID, x, y, 0)
@@ -162,12 +158,9 @@ def _first_bound_then_break(X, Y, n):
     Y.tile((8,), (pid,)).store(v)
 
 
-@pytest.mark.xfail(strict=True, reason="silent wrong result, the same bug as above: the "
-                   "`break` guards the rest of the body with a tk.when, in which `v` is first "
-                   "bound; the second iteration restarts it from zero")
 def test_name_first_bound_in_a_loop_that_breaks() -> None:
     """`for ...: v = ...; break` then reading `v` gave zeros on two or more iterations (found
-    by the fuzzer as a mismatch)."""
+    by the fuzzer as a mismatch; the same bug, fixed on main by af1d69a)."""
     x, y = _data(6), np.full(N, np.nan, np.float32)
     run(_first_bound_then_break, GRID, x, y, 3)
     assert np.array_equal(y, x + 1)
